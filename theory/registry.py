@@ -1,0 +1,240 @@
+"""The closed-form record and the registry.
+
+A :class:`ClosedForm` is one result of one paper: a stable id, the source equation, an
+exactness status, typed parameters, the sympy expression *derived* by the toolkit, the
+paper's printed form where the two differ, and numeric functions emitted from the
+expression for numpy, mpmath and torch (created once, on first use, and cached).
+
+Topic modules (``theory/linear_attention/...``) create records with :func:`register`;
+:func:`get` and :func:`ids` import the topic modules on first use, so ``import theory``
+does not import sympy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable
+
+from .params import Param
+
+__all__ = ["ClosedForm", "register", "get", "ids", "records", "STATUSES"]
+
+STATUSES = ("exact", "asymptotic", "approximate", "heuristic")
+
+#: Topic modules whose import registers closed forms.
+TOPICS = (
+    "theory.linear_attention.data",
+    "theory.linear_attention.merged",
+    "theory.linear_attention.ntp",
+)
+
+_REGISTRY: dict[str, "ClosedForm"] = {}
+_LOADED = False
+
+
+@dataclass(eq=False)
+class ClosedForm:
+    """One registered closed form.
+
+    Attributes
+    ----------
+    id : str
+        ``<topic>.<part>.<name>``, e.g. ``linear_attention.merged.sigma``.
+    title : str
+        One line saying what the value is.
+    source : str
+        Paper and equation, e.g. ``Zhang et al. 2025, eq. 10``.
+    status : str
+        ``exact``, ``asymptotic``, ``approximate`` or ``heuristic``.
+    params : tuple of Param
+        Parameters in call order.
+    derive : callable
+        ``derive() -> sympy expression``; the derivation (cached in :attr:`expr`).
+    printed : callable or None
+        ``printed() -> sympy expression``: the paper's form, where the paper prints one.
+    stable : callable or None
+        ``stable() -> sympy expression``: a rewrite of the derived form used for numerics
+        (finite at extreme parameters); proved equal to :attr:`expr` by the tests.
+    output : str
+        ``scalar``, ``matrix`` or ``vector`` (a column returned flat).
+    doc : str
+        Longer explanation: assumptions, conventions, what the paper says.
+    erratum : str
+        Where :attr:`printed` differs from :attr:`expr`: what is wrong in the paper.
+    """
+
+    id: str
+    title: str
+    source: str
+    status: str
+    params: tuple[Param, ...]
+    derive: Callable[[], Any]
+    printed: Callable[[], Any] | None = None
+    stable: Callable[[], Any] | None = None
+    output: str = "scalar"
+    doc: str = ""
+    erratum: str = ""
+    _fns: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status: expected one of {STATUSES}, got {self.status!r}")
+        if self.output not in ("scalar", "matrix", "vector"):
+            raise ValueError(f"output: expected scalar, matrix or vector, got {self.output!r}")
+
+    # -- symbolic -----------------------------------------------------------------
+    @cached_property
+    def expr(self):
+        """The derived sympy expression (computed once)."""
+        return self.derive()
+
+    @cached_property
+    def printed_expr(self):
+        """The paper's printed expression, or None."""
+        return self.printed() if self.printed is not None else None
+
+    @cached_property
+    def numeric_expr(self):
+        """The expression the numeric functions are emitted from."""
+        return self.stable() if self.stable is not None else self.expr
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def _args(self):
+        from .symbols import dim, sym
+
+        args = [sym(n) for n in self.param_names]
+        if "D" not in self.param_names:
+            args.append(dim())
+        return args
+
+    # -- numeric ------------------------------------------------------------------
+    def function(self, backend: str = "numpy") -> Callable:
+        """The emitted function for ``backend`` (positional args: params, then D)."""
+        fn = self._fns.get(backend)
+        if fn is None:
+            from .emit import emit
+
+            fn = self._fns[backend] = emit(self.numeric_expr, self._args(), backend)
+        return fn
+
+    def validate(self, kwargs: dict) -> tuple[dict, dict]:
+        """Check names and values; return ``(values, dims)``. Raises ``ValueError``."""
+        names = self.param_names
+        missing = [n for n in names if n not in kwargs]
+        if missing:
+            raise ValueError(f"{missing[0]}: missing parameter of {self.id} "
+                             f"(expects {', '.join(names)})")
+        extra = [n for n in kwargs if n not in names]
+        if extra:
+            raise ValueError(f"{extra[0]}: unknown parameter of {self.id} "
+                             f"(expects {', '.join(names)})")
+        dims: dict = {}
+        order = sorted(self.params, key=lambda p: p.kind != "covariance")
+        values = {p.name: p.validate(kwargs[p.name], dims) for p in order}
+        return values, dims
+
+    def __call__(self, backend: str = "numpy", **kwargs):
+        """Evaluate at the given parameters.
+
+        Parameters
+        ----------
+        backend : {"numpy", "mpmath", "torch"}
+            numpy: float64, vectorised over scalar array parameters; mpmath: at the
+            current ``mpmath.mp.dps``; torch: float64 tensors (autograd flows through
+            tensor inputs).
+        **kwargs
+            One value per parameter (see :attr:`params`).
+        """
+        values, dims = self.validate(kwargs)
+        D = dims.get("D", values.get("D"))
+        args = [_convert(values[n], backend) for n in self.param_names]
+        if "D" not in self.param_names:
+            args.append(D)
+        out = self.function(backend)(*args)
+        return _shape_output(out, self.output, backend)
+
+    def __repr__(self) -> str:
+        return f"<ClosedForm {self.id} ({self.source}; {self.status})>"
+
+
+def _convert(value, backend):
+    import numpy as np
+
+    if backend == "numpy":
+        return value
+    if backend == "mpmath":
+        import mpmath
+
+        if isinstance(value, np.ndarray):
+            if value.ndim == 2:
+                return mpmath.matrix(value.tolist())
+            return [mpmath.mpf(float(v)) for v in value.ravel()]
+        return mpmath.mpf(value) if not isinstance(value, int) else mpmath.mpf(value)
+    if backend == "torch":
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return value.to(torch.float64)
+        return torch.as_tensor(np.asarray(value, dtype=np.float64))
+    raise ValueError(f"backend: expected numpy, mpmath or torch, got {backend!r}")
+
+
+def _shape_output(out, output, backend):
+    if backend == "numpy":
+        import numpy as np
+
+        out = np.asarray(out, dtype=np.float64)
+        if output == "vector":
+            return out.reshape(-1)
+        if output == "scalar" and out.ndim == 0:
+            return float(out)
+        return out
+    if backend == "torch" and output == "vector":
+        return out.reshape(-1)
+    if backend == "mpmath" and output == "vector":
+        return [out[i, 0] for i in range(out.rows)]
+    return out
+
+
+# -- registry -----------------------------------------------------------------------
+def register(cf: ClosedForm) -> ClosedForm:
+    """Add ``cf`` to the registry (ids are unique)."""
+    if cf.id in _REGISTRY:
+        raise ValueError(f"id: {cf.id!r} is registered twice")
+    _REGISTRY[cf.id] = cf
+    return cf
+
+
+def _load() -> None:
+    global _LOADED
+    if not _LOADED:
+        for mod in TOPICS:
+            importlib.import_module(mod)
+        _LOADED = True
+
+
+def get(id: str) -> ClosedForm:
+    """The closed form registered as ``id``; ``ValueError`` for an unknown id."""
+    _load()
+    try:
+        return _REGISTRY[id]
+    except KeyError:
+        close = [i for i in _REGISTRY if id.split(".")[-1] in i]
+        hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
+        raise ValueError(f"id: unknown closed form {id!r}{hint}") from None
+
+
+def ids() -> list[str]:
+    """All registered ids, sorted."""
+    _load()
+    return sorted(_REGISTRY)
+
+
+def records() -> list[ClosedForm]:
+    """All registered closed forms, sorted by id."""
+    return [_REGISTRY[i] for i in ids()]

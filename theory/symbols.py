@@ -1,0 +1,47 @@
+"""The shared symbol table: one sympy object per parameter name, used by every topic.
+
+A parameter called ``Lambda`` in any closed form is the MatrixSymbol below, ``N`` is the
+positive symbol below, and so on, so that expressions from different papers combine and
+compare directly. Created on first use (sympy is imported lazily).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+__all__ = ["sym", "dim"]
+
+
+@cache
+def dim():
+    """The symbolic matrix size D (also the parameter ``D`` where one is declared)."""
+    import sympy as sp
+
+    return sp.Symbol("D", integer=True, positive=True)
+
+
+@cache
+def sym(name: str):
+    """The sympy object for the parameter ``name``.
+
+    Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``) are D x D
+    MatrixSymbols; ``D`` is :func:`dim`; everything else is a positive real symbol, except
+    ``t`` (nonnegative).
+    """
+    import sympy as sp
+
+    D = dim()
+    if name in _MATRICES:
+        return sp.MatrixSymbol(name, D, D)
+    if name == "D":
+        return D
+    if name in _INTEGERS:
+        return sp.Symbol(name, integer=True, positive=True)
+    if name in _NONNEGATIVE:
+        return sp.Symbol(name, nonnegative=True)
+    return sp.Symbol(name, positive=True)
+
+
+_MATRICES = {"Lambda", "Lambda_q", "M", "A", "Sigma"}
+_INTEGERS = {"N_max", "m"}
+_NONNEGATIVE = {"t"}
