@@ -1,0 +1,261 @@
+"""Checks: the unit of evidence, and their registry.
+
+A check tests one or more closed forms (``covers``) by one method and returns an
+:class:`Outcome`: what it measured, what the theory predicted, the discrepancy, the
+tolerance and why, and its negative controls (a wrong form the same test must reject).
+A check passes when its discrepancy is within tolerance *and* every negative control is
+rejected; a check that could not have failed is a defect.
+
+Writing a check::
+
+    from verify.check import check, Outcome, Control
+
+    @check("linear_attention.data.mc_moments",
+           covers=["linear_attention.data.lambda_hat_sq"], method="monte_carlo",
+           title="Monte Carlo of the task moments")
+    def mc_moments(ctx):
+        rng = ctx.rng                       # numpy Generator, seeded per check
+        n = ctx.pick(quick=10**5, full=10**7)
+        ...
+        return Outcome(measured=..., predicted=..., discrepancy=max_z, tolerance=z_crit,
+                       criterion="max |z| over 81 entries < z_crit (family-wise 1e-6)",
+                       controls=[Control("swapped Kronecker order", z_bad, z_crit)])
+
+Profiles: ``quick`` (default; the whole suite in minutes on 2 cores) and ``full`` (the
+papers' sizes). Randomness comes only from ``ctx.rng`` / ``ctx.torch_generator()``,
+derived from the run seed and the check id, so one seed gives one report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+__all__ = ["Check", "CheckResult", "Context", "Control", "Outcome", "check", "checks", "get_check",
+           "run_check", "METHODS", "PROFILES"]
+
+METHODS = ("monte_carlo", "exact_flow", "torch", "symbolic", "high_precision")
+PROFILES = ("quick", "full")
+
+_CHECKS: dict[str, "Check"] = {}
+
+
+@dataclass
+class Control:
+    """A negative control: a wrong form (or convention) the check must reject.
+
+    ``rejected`` is ``discrepancy > tolerance`` unless given.
+    """
+
+    name: str
+    discrepancy: float
+    tolerance: float
+    rejected: bool | None = None
+
+    def __post_init__(self):
+        if self.rejected is None:
+            self.rejected = bool(self.discrepancy > self.tolerance)
+
+
+@dataclass
+class Outcome:
+    """What a check function returns.
+
+    Attributes
+    ----------
+    measured, predicted : Any
+        The simulated and the closed-form values (numbers, lists; JSON-serialisable).
+    discrepancy : float
+        The statistic compared with ``tolerance`` (e.g. max |z|, relative error).
+    tolerance : float
+        Pass threshold for ``discrepancy``.
+    criterion : str
+        One line: what is compared and why the tolerance is what it is.
+    controls : list of Control
+        Negative controls; each must be rejected.
+    passed : bool or None
+        Defaults to ``discrepancy <= tolerance``.
+    details : dict
+        Further numbers for the report (sample sizes, per-case values, ...).
+    figures : dict
+        Data for figures: name -> dict of arrays (drawn by the report when matplotlib is there).
+    """
+
+    measured: Any
+    predicted: Any
+    discrepancy: float
+    tolerance: float
+    criterion: str
+    controls: list[Control] = field(default_factory=list)
+    passed: bool | None = None
+    details: dict = field(default_factory=dict)
+    figures: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.passed is None:
+            self.passed = bool(np.isfinite(self.discrepancy) and self.discrepancy <= self.tolerance)
+
+
+@dataclass
+class CheckResult:
+    """One record of results.json."""
+
+    id: str
+    title: str
+    covers: list[str]
+    method: str
+    profile: str
+    seed: int
+    passed: bool
+    measured: Any
+    predicted: Any
+    discrepancy: float
+    tolerance: float
+    criterion: str
+    controls: list[dict]
+    details: dict
+    seconds: float
+    error: str | None = None
+    figures: dict = field(default_factory=dict, repr=False)
+
+    def as_json(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "figures"}
+        return _jsonable(d)
+
+
+@dataclass
+class Context:
+    """What a check gets: profile, seeded randomness, device, progress."""
+
+    check_id: str
+    profile: str = "quick"
+    seed: int = 0
+    device: str = "cpu"
+    progress: Callable[[Iterable, str], Iterable] | None = None
+
+    def __post_init__(self):
+        digest = hashlib.sha256(self.check_id.encode()).digest()
+        self._seq = np.random.SeedSequence([self.seed, int.from_bytes(digest[:8], "little")])
+        self.rng = np.random.default_rng(self._seq)
+
+    def pick(self, quick, full):
+        """The value for the current profile."""
+        return full if self.profile == "full" else quick
+
+    def spawn(self, n: int) -> list[np.random.Generator]:
+        """``n`` independent generators (SeedSequence.spawn), e.g. for parallel streams."""
+        return [np.random.default_rng(s) for s in self._seq.spawn(n)]
+
+    def torch_generator(self, device: str | None = None):
+        """A ``torch.Generator`` seeded from this check's seed sequence."""
+        import torch
+
+        g = torch.Generator(device=device or self.device)
+        g.manual_seed(int(self._seq.generate_state(1, np.uint64)[0] & 0x7FFF_FFFF_FFFF_FFFF))
+        return g
+
+    def iterate(self, iterable: Iterable, desc: str = "") -> Iterable:
+        """Wrap a long loop with the run's progress bar (no-op when there is none)."""
+        return self.progress(iterable, desc) if self.progress else iterable
+
+
+@dataclass
+class Check:
+    id: str
+    title: str
+    covers: tuple[str, ...]
+    method: str
+    func: Callable[[Context], Outcome]
+    needs: tuple[str, ...] = ()
+
+    def available(self) -> str | None:
+        """None when the check can run here, else why not (a missing optional package)."""
+        import importlib.util
+
+        for mod in self.needs:
+            if importlib.util.find_spec(mod) is None:
+                return f"needs the optional package {mod!r}"
+        return None
+
+
+def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Iterable[str] = ()):
+    """Decorator registering a check function ``f(ctx) -> Outcome``."""
+    if method not in METHODS:
+        raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+
+    def deco(func):
+        if id in _CHECKS:
+            raise ValueError(f"id: check {id!r} registered twice")
+        _CHECKS[id] = Check(id, title, tuple(covers), method, func, tuple(needs))
+        return func
+
+    return deco
+
+
+def _load():
+    from . import checks  # noqa: F401  (registers every check module)
+
+
+def checks() -> list[Check]:
+    """All registered checks, in registration order."""
+    _load()
+    return list(_CHECKS.values())
+
+
+def get_check(id: str) -> Check:
+    _load()
+    try:
+        return _CHECKS[id]
+    except KeyError:
+        raise ValueError(f"id: unknown check {id!r}") from None
+
+
+def run_check(chk: Check, profile: str = "quick", seed: int = 0, device: str = "cpu",
+              progress=None) -> CheckResult:
+    """Run one check; an exception becomes a failed result carrying the error."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile: expected one of {PROFILES}, got {profile!r}")
+    ctx = Context(chk.id, profile=profile, seed=seed, device=device, progress=progress)
+    t0 = time.perf_counter()
+    try:
+        out = chk.func(ctx)
+        error = None
+    except Exception as exc:  # a crashing check is a failed check, reported with its error
+        out = Outcome(None, None, float("nan"), float("nan"), "raised an exception", passed=False)
+        error = f"{type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - t0
+    controls_ok = all(c.rejected for c in out.controls)
+    return CheckResult(
+        id=chk.id, title=chk.title, covers=list(chk.covers), method=chk.method, profile=profile,
+        seed=seed, passed=bool(out.passed and controls_ok and error is None),
+        measured=out.measured, predicted=out.predicted, discrepancy=float(out.discrepancy),
+        tolerance=float(out.tolerance), criterion=out.criterion,
+        controls=[c.__dict__ for c in out.controls], details=out.details, seconds=seconds,
+        error=error, figures=out.figures,
+    )
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        v = float(x)
+        return v if np.isfinite(v) else str(v)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    if hasattr(x, "item") and callable(x.item):  # torch scalars
+        try:
+            return _jsonable(x.item())
+        except (ValueError, RuntimeError):
+            return _jsonable(x.tolist())
+    return x
