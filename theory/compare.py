@@ -12,17 +12,24 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .matrices import explicit, spectral
+from .matrices import evaluate_explicit, explicit, spectral
 from .symbols import dim, sym
 
 __all__ = ["equal", "is_zero"]
+
+from sympy.codegen.cfunctions import expm1, log1p  # noqa: E402
+
+_CFUNCS = (expm1, log1p)
 
 
 def is_zero(e: sp.Expr) -> bool:
     """True when the scalar ``e`` simplifies to 0."""
     e = sp.sympify(e)
+    if e.has(*_CFUNCS):
+        e = e.replace(expm1, lambda x: sp.exp(x) - 1).replace(log1p, lambda x: sp.log(1 + x))
     if e == 0:
         return True
+    e = _exp_to_symbol(e)
     c = sp.cancel(sp.expand(e))
     if c == 0:
         return True
@@ -48,9 +55,41 @@ def equal(a: sp.Basic, b: sp.Basic) -> bool:
         return is_zero(spectral(a, Lam, lam) - spectral(b, Lam, lam))
     except ValueError:
         pass
+    mats = {m.name for e in (a, b) for m in e.atoms(sp.MatrixSymbol)}
+    if mats <= {"Lambda"}:
+        # a function of Lambda alone is orthogonally equivariant: diagonal Lambda suffices
+        for d in (2, 3):
+            diag = sp.diag(*[sp.Symbol(f"lambda_{i}", positive=True) for i in range(d)])
+            ea, eb = (_at(e, Lam, diag, d) for e in (a, b))
+            diff = (ea - eb) if isinstance(ea, sp.MatrixBase) else sp.Matrix([ea - eb])
+            if not all(is_zero(x) for x in diff):
+                return False
+        return True
     for d in (2, 3):
         ea, eb = explicit(a, dim(), d), explicit(b, dim(), d)
         diff = (ea - eb) if isinstance(ea, sp.MatrixBase) else sp.Matrix([ea - eb])
         if not all(is_zero(x) for x in diff):
             return False
     return True
+
+
+def _at(e, Lam, value, d):
+    return evaluate_explicit(e.subs(dim(), d).xreplace({sp.MatrixSymbol(Lam.name, d, d): sp.ImmutableMatrix(value)}))
+
+
+def _exp_to_symbol(e):
+    """Replace exponentials exp(k u) (integer k) by X**k, so that exponential polynomials
+    become rational functions that ``cancel`` decides quickly."""
+    exps = list(e.atoms(sp.exp))
+    if not exps:
+        return e
+    args = [x.args[0] for x in exps]
+    base = min(args, key=lambda a: sp.count_ops(a))
+    X = sp.Dummy("X", positive=True)
+    reps = {}
+    for x, a in zip(exps, args):
+        k = sp.simplify(a / base)
+        if not (k.is_Integer or (k.is_Rational and k.q <= 4)):
+            return e
+        reps[x] = X**k
+    return e.xreplace(reps)

@@ -279,7 +279,7 @@ class _TorchLA:
 _PRINTERS = {"numpy": _NumpyPrinter, "mpmath": _MpmathPrinter, "torch": _TorchPrinter}
 _MODULES = {
     "numpy": lambda: [{"_la": _NumpyLA}, "scipy", "numpy"],
-    "mpmath": lambda: [{"_la": _MpmathLA}, "mpmath"],
+    "mpmath": lambda: [{"_la": _MpmathLA, "mpmath": __import__("mpmath")}, "mpmath"],
     "torch": lambda: [{"_la": _TorchLA, "math": math}, "torch"],
 }
 

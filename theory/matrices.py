@@ -17,7 +17,8 @@ from __future__ import annotations
 import sympy as sp
 from sympy.matrices.expressions.matexpr import MatrixExpr
 
-__all__ = ["Vec", "spectral", "trace_symbol", "explicit"]
+__all__ = ["Vec", "spectral", "trace_symbol", "trace_summand", "from_spectral", "explicit",
+           "evaluate_explicit"]
 
 
 class Vec(MatrixExpr):
@@ -60,8 +61,11 @@ def trace_symbol(k: int) -> sp.Symbol:
     return sp.Symbol(f"t_{k}", positive=True)
 
 
-def spectral(expr: sp.Basic, Lam: sp.MatrixSymbol, lam: sp.Symbol) -> sp.Expr:
+def spectral(expr: sp.Basic, Lam: sp.MatrixSymbol, lam: sp.Symbol, extra: dict | None = None) -> sp.Expr:
     """Image of ``expr`` under the spectral map Lambda -> ``lam`` (see module docstring).
+
+    ``extra`` maps further matrix symbols to scalars, for matrices assumed to be
+    (symmetric) functions of Lambda, e.g. ``{M: m}`` for the ansatz M = f(Lambda).
 
     Raises
     ------
@@ -70,9 +74,13 @@ def spectral(expr: sp.Basic, Lam: sp.MatrixSymbol, lam: sp.Symbol) -> sp.Expr:
         function of Lambda alone and the map does not apply).
     """
 
+    extra = extra or {}
+
     def go(e):
         if e == Lam:
             return lam
+        if e in extra:
+            return extra[e]
         if isinstance(e, sp.Identity):
             return sp.S.One
         if isinstance(e, sp.ZeroMatrix):
@@ -108,6 +116,56 @@ def spectral(expr: sp.Basic, Lam: sp.MatrixSymbol, lam: sp.Symbol) -> sp.Expr:
     return sp.sympify(go(expr))
 
 
+def trace_summand(expr: sp.Basic, Lam: sp.MatrixSymbol, lam: sp.Symbol, extra: dict | None = None) -> sp.Expr:
+    """The summand s(lambda) with ``expr = sum_d s(lambda_d)``, for a scalar ``expr`` that is a
+    sum of terms ``c * tr(F(Lambda)) * (traces of powers of Lambda)``.
+
+    In each term one trace becomes the sum over eigen-directions (the first one whose
+    argument is not a polynomial in Lambda, else the first one); the others are global
+    symbols ``t_k``.
+    """
+    expr = sp.expand(sp.sympify(expr))
+    out = sp.S.Zero
+    for term in sp.Add.make_args(expr):
+        factors = sp.Mul.make_args(term)
+        traces = [f for f in factors if isinstance(f, sp.Trace)]
+        if not traces:
+            raise ValueError(f"expr: term {term} has no trace; it is not a sum over eigen-directions")
+
+        def poly(tr):
+            img = spectral(tr.arg, Lam, lam, extra)
+            return img.is_polynomial(lam)
+
+        chosen = next((t for t in traces if not poly(t)), traces[0])
+        rest = [spectral(f, Lam, lam, extra) for f in factors if f is not chosen]
+        out += sp.Mul(*rest) * spectral(chosen.arg, Lam, lam, extra)
+    return out
+
+
+def from_spectral(f: sp.Expr, Lam: sp.MatrixSymbol, lam: sp.Symbol) -> sp.MatrixExpr:
+    """The matrix function of Lambda whose spectral image is the rational function ``f``:
+    ``P(Lambda) Q(Lambda)^{-1}`` for ``f = P(lambda)/Q(lambda)`` (inverse of :func:`spectral`;
+    trace symbols ``t_k`` become ``tr(Lambda^k)``)."""
+    D = Lam.shape[0]
+    num, den = sp.fraction(sp.factor(sp.together(f)))
+    back = {trace_symbol(k): sp.Trace(Lam**k) if k > 1 else sp.Trace(Lam) for k in range(1, 9)}
+
+    def mat(poly_expr):
+        p = sp.Poly(sp.expand(poly_expr), lam)
+        terms = []
+        for (k,), c in p.terms():
+            c = c.xreplace(back)
+            terms.append(c * (Lam**k if k > 1 else Lam if k == 1 else sp.Identity(D)))
+        return sp.MatAdd(*terms).doit() if len(terms) > 1 else terms[0]
+
+    P, Q = mat(num), mat(den)
+    if Q == sp.Identity(D):
+        return P
+    if P == sp.Identity(D):
+        return sp.Inverse(Q)
+    return sp.MatMul(P, sp.Inverse(Q))
+
+
 def _dim_symbol(Lam: sp.MatrixSymbol) -> sp.Expr:
     return Lam.shape[0]
 
@@ -125,5 +183,19 @@ def explicit(expr: sp.Basic, dim_symbol: sp.Symbol, d: int, symmetric=("Lambda",
         else:
             entries = [[sp.Symbol(f"{m.name}_{i}{j}") for j in range(d)] for i in range(d)]
         reps[m] = sp.ImmutableMatrix(entries)
-    e = e.xreplace(reps).doit()
+    return evaluate_explicit(e.xreplace(reps))
+
+
+def evaluate_explicit(e):
+    """Evaluate a matrix expression whose leaves are explicit matrices (identities of
+    concrete size included) to an explicit matrix or scalar."""
+    e = e.replace(lambda x: isinstance(x, sp.Identity) and x.rows.is_Integer,
+                  lambda x: sp.ImmutableMatrix(sp.eye(int(x.rows))))
+    e = e.replace(lambda x: isinstance(x, sp.ZeroMatrix) and x.rows.is_Integer,
+                  lambda x: sp.ImmutableMatrix(sp.zeros(int(x.rows), int(x.cols))))
+    for _ in range(4):
+        new = e.doit()
+        if new == e:
+            break
+        e = new
     return sp.Matrix(e) if getattr(e, "is_Matrix", False) else sp.sympify(e)

@@ -197,7 +197,9 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
 
 
 def _load():
-    from . import checks  # noqa: F401  (registers every check module)
+    import importlib
+
+    importlib.import_module(f"{__package__}.checks")  # registers every check module
 
 
 def checks() -> list[Check]:

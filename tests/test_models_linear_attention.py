@@ -1,0 +1,230 @@
+"""Fast tests of the torch models of merged linear attention (verify.models.linear_attention)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from verify.models.linear_attention import (  # noqa: E402
+    CubicFeatureMLP,
+    MergedLinearAttention,
+    cubic_features,
+    sample_tokens,
+    train_online_sgd,
+)
+
+LAM3 = np.array([[1.0, 0.3, 0.0], [0.3, 0.8, -0.2], [0.0, -0.2, 0.5]])
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def random_model(D=3, H=2, N=5, seed=1, vector_blocks=False):
+    """Attention with every entry N(0, 1); the vector blocks zeroed unless asked."""
+    g = gen(seed)
+    m = MergedLinearAttention(D, H, N)
+    with torch.no_grad():
+        m.WV.copy_(torch.randn(m.WV.shape, generator=g, dtype=torch.float64))
+        m.WKQ.copy_(torch.randn(m.WKQ.shape, generator=g, dtype=torch.float64))
+    if not vector_blocks:
+        m.set_vector_blocks_(np.zeros((H, D)), np.zeros((H, D)))
+    return m
+
+
+def numpy_attention(X, WV, WKQ, N):
+    """ATTN_M(X) = X + sum_i (1/N) W^V_i X X^T W^KQ_i X, one sequence at a time."""
+    out = np.empty_like(X)
+    for b in range(X.shape[0]):
+        Xb = X[b]
+        out[b] = Xb + sum(WV[i] @ Xb @ Xb.T @ WKQ[i] @ Xb for i in range(WV.shape[0])) / N
+    return out
+
+
+# -- sampler --------------------------------------------------------------------------
+def test_sample_tokens_shapes_and_labels():
+    D, N, B = 3, 6, 10
+    X, y_q, w = sample_tokens(LAM3, N, B, generator=gen())
+    assert X.shape == (B, D + 1, N + 1) and y_q.shape == (B,) and w.shape == (B, D)
+    assert X.dtype == torch.float64
+    assert torch.all(X[:, D, N] == 0)                                  # query label slot
+    assert torch.allclose(X[:, D, :N], torch.einsum("bdn,bd->bn", X[:, :D, :N], w))
+    assert torch.allclose(y_q, torch.einsum("bd,bd->b", X[:, :D, N], w))
+
+
+def test_sample_tokens_covariance():
+    """Token second moment matches Lambda: z-scores of the 9 entries below 5."""
+    X, _, _ = sample_tokens(LAM3, 4, 20000, generator=gen(3))
+    x = X[:, :3, :].permute(0, 2, 1).reshape(-1, 3).numpy()
+    prods = np.einsum("nd,ne->nde", x, x)
+    z = (prods.mean(0) - LAM3) / (prods.std(0, ddof=1) / np.sqrt(len(x)))
+    assert np.max(np.abs(z)) < 5
+
+
+def test_sample_tokens_eigenvalue_list_and_errors():
+    X, _, _ = sample_tokens([1.0, 0.5], 3, 2, generator=gen())
+    assert X.shape == (2, 3, 4)
+    with pytest.raises(ValueError, match="^Lambda"):
+        sample_tokens([[1.0, 2.0], [0.0, 1.0]], 3, 2, generator=gen())
+    with pytest.raises(ValueError, match="^N"):
+        sample_tokens(LAM3, 0, 2, generator=gen())
+    with pytest.raises(ValueError, match="^batch"):
+        sample_tokens(LAM3, 3, 0, generator=gen())
+    with pytest.raises(ValueError, match="^generator"):
+        sample_tokens(LAM3, 3, 2, generator=np.random.default_rng(0))
+
+
+# -- forward --------------------------------------------------------------------------
+def test_forward_shape_and_full_matrix_vs_numpy():
+    D, H, N = 3, 2, 5
+    m = random_model(D, H, N, vector_blocks=True)
+    X, _, _ = sample_tokens(LAM3, N, 7, generator=gen(2))
+    with torch.no_grad():
+        out = m(X)
+    assert out.shape == X.shape
+    ref = numpy_attention(X.numpy(), m.WV.detach().numpy(), m.WKQ.detach().numpy(), N)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+    with torch.no_grad():
+        np.testing.assert_allclose(m.predict(X).numpy(), out[:, D, N].numpy(), rtol=1e-12,
+                                   atol=1e-13)
+
+
+def test_prediction_is_beta_M_xq_and_mlp():
+    """Eq. M and eq. 6 with zero vector blocks."""
+    D, H, N = 3, 4, 5
+    m = random_model(D, H, N)
+    X, _, _ = sample_tokens(LAM3, N, 9, generator=gen(4))
+    Xn = X.numpy()
+    beta = np.einsum("bdn,bn->bd", Xn[:, :D, :N], Xn[:, D, :N]) / N
+    M = m.effective_matrix().detach().numpy()
+    v, U = m.value_scalars().detach().numpy(), m.kq_blocks().detach().numpy()
+    np.testing.assert_allclose(M, np.einsum("h,hij->ij", v, U), rtol=1e-14)
+    ref = np.einsum("bi,ij,bj->b", beta, M, Xn[:, :D, N])
+    with torch.no_grad():
+        np.testing.assert_allclose(m(X)[:, D, N].numpy(), ref, rtol=1e-11, atol=1e-12)
+        mlp = CubicFeatureMLP(D, H).load_(v, U)
+        np.testing.assert_allclose(mlp.predict(X).numpy(), ref, rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(mlp.effective_matrix().numpy(), M, rtol=1e-14)
+        wrong = CubicFeatureMLP(D, H, order="C").load_(v, U).predict(X).numpy()
+    assert np.max(np.abs(wrong - ref)) > 1e-3 * np.max(np.abs(ref))
+
+
+def test_cubic_features_column_major():
+    D, N = 3, 4
+    X, _, _ = sample_tokens(LAM3, N, 5, generator=gen(5))
+    Xn = X.numpy()
+    beta = np.einsum("bdn,bn->bd", Xn[:, :D, :N], Xn[:, D, :N]) / N
+    z = cubic_features(X).numpy()
+    for b in range(5):
+        np.testing.assert_allclose(z[b], np.kron(Xn[b, :D, N], beta[b]), rtol=1e-14)
+        np.testing.assert_allclose(z[b], np.outer(beta[b], Xn[b, :D, N]).reshape(-1, order="F"),
+                                   rtol=1e-14)
+    np.testing.assert_allclose(cubic_features(X, order="C").numpy()[0],
+                               np.kron(beta[0], Xn[0, :D, N]), rtol=1e-14)
+    with pytest.raises(ValueError, match="^order"):
+        cubic_features(X, order="K")
+    with pytest.raises(ValueError, match="^X"):
+        cubic_features(X[0])
+
+
+def test_rho_counts_context_tokens_only():
+    D, H, N = 3, 2, 5
+    m = random_model(D, H, N)
+    m1 = MergedLinearAttention(D, H, N, rho=N + 1)
+    with torch.no_grad():
+        m1.WV.copy_(m.WV)
+        m1.WKQ.copy_(m.WKQ)
+        X, _, _ = sample_tokens(LAM3, N, 4, generator=gen(6))
+        np.testing.assert_allclose(m1.predict(X).numpy() * (N + 1) / N, m.predict(X).numpy(),
+                                   rtol=1e-12)
+
+
+def test_star_blocks_get_no_gradient():
+    D, H, N = 3, 2, 5
+    m = random_model(D, H, N, vector_blocks=True)
+    X, y_q, _ = sample_tokens(LAM3, N, 8, generator=gen(7))
+    torch.mean((y_q - m.predict(X)) ** 2).backward()
+    assert torch.all(m.WV.grad[:, :D, :] == 0)
+    assert torch.all(m.WKQ.grad[:, :, D] == 0)
+    assert torch.any(m.WV.grad[:, D, :D] != 0) and torch.any(m.WKQ.grad[:, D, :D] != 0)
+
+
+# -- initialisation -------------------------------------------------------------------
+def test_init_statistics_and_zero_blocks():
+    D, H, w = 4, 4000, 0.3
+    m = MergedLinearAttention(D, H, 5).init_(gen(8), w)
+    assert torch.all(m.value_vectors() == 0) and torch.all(m.kq_vectors() == 0)
+    assert m.zero_block_norms() == (0.0, 0.0)
+    for sample, var in ((m.value_scalars(), w**2 / H), (m.kq_blocks(), w**2 / (H * D**2)),
+                        (m.WV[:, :D, :], w**2 / (H * D**2)), (m.WKQ[:, :, D], w**2 / (H * D**2))):
+        x = sample.detach().numpy().ravel()
+        # sample variance of n Gaussians: relative SE sqrt(2 / n)
+        assert abs(np.mean(x**2) / var - 1) < 5 * np.sqrt(2 / x.size)
+        assert abs(np.mean(x)) < 5 * np.sqrt(var / x.size)
+    # E||w2||^2 = E||W1||^2 = w_init^2 (eq. 35)
+    assert abs(float((m.value_scalars().detach() ** 2).sum()) / w**2 - 1) < 5 * np.sqrt(2 / H)
+    assert abs(float((m.kq_blocks().detach() ** 2).sum()) / w**2 - 1) < 5 * np.sqrt(2 / (H * D * D))
+
+
+def test_init_and_load_deterministic():
+    a = MergedLinearAttention(3, 2, 4).init_(gen(9), 0.1)
+    b = MergedLinearAttention(3, 2, 4).init_(gen(9), 0.1)
+    assert torch.equal(a.WV, b.WV) and torch.equal(a.WKQ, b.WKQ)
+    c = MergedLinearAttention(3, 2, 4).init_(gen(10), 0.1)
+    assert not torch.equal(a.WV, c.WV)
+    v = np.array([0.5, -1.0])
+    U = np.arange(18, dtype=float).reshape(2, 3, 3)
+    a.load_(v, U)
+    np.testing.assert_array_equal(a.value_scalars().detach().numpy(), v)
+    np.testing.assert_array_equal(a.kq_blocks().detach().numpy(), U)
+    assert a.zero_block_norms() == (0.0, 0.0)
+    assert torch.equal(a.WV[:, :3, :], b.WV[:, :3, :])          # * blocks untouched
+    mlp = CubicFeatureMLP(3, 2).load_(v, U)
+    np.testing.assert_array_equal(mlp.W1.detach().numpy()[1], U[1].reshape(-1, order="F"))
+    np.testing.assert_allclose(mlp.effective_matrix().detach().numpy(),
+                               a.effective_matrix().detach().numpy(), rtol=1e-15)
+    with pytest.raises(ValueError, match="^U"):
+        a.load_(v, U[:, :2])
+    with pytest.raises(ValueError, match="^v"):
+        mlp.load_([1.0, np.nan], U)
+    with pytest.raises(ValueError, match="^w_init"):
+        a.init_(gen(), -1.0)
+    with pytest.raises(ValueError, match="^H"):
+        MergedLinearAttention(3, 0, 4)
+
+
+# -- training -------------------------------------------------------------------------
+def test_train_online_sgd_deterministic_and_time_mapping():
+    import theory
+
+    D, N, H = 3, 5, 2
+
+    def run(model):
+        return train_online_sgd(model, LAM3, N, eta=0.01, steps=6, batch=16, generator=gen(11),
+                                log_every=2)
+
+    a = run(MergedLinearAttention(D, H, N).init_(gen(12), 0.5))
+    b = run(MergedLinearAttention(D, H, N).init_(gen(12), 0.5))
+    np.testing.assert_array_equal(a.loss, b.loss)
+    np.testing.assert_array_equal(a.M, b.M)
+    np.testing.assert_array_equal(a.step, [0, 2, 4, 6])
+    assert a.M_log.shape == (4, D, D) and np.array_equal(a.M_log[-1], a.M)
+    np.testing.assert_allclose(a.t, 2 * 0.01 * a.step)
+    L = theory.get("linear_attention.merged.loss")
+    np.testing.assert_allclose(a.loss[-1], L(Lambda=LAM3, N=N, M=a.M), rtol=1e-12)
+    assert a.zero_v.shape == a.step.shape and a.zero_v[0] == 0
+    m = run(CubicFeatureMLP(D, H).load_([0.3, -0.2], np.ones((H, D, D)) * 0.1))
+    assert m.zero_v is None and np.all(np.isfinite(m.loss))
+
+
+def test_train_online_sgd_validation():
+    m = MergedLinearAttention(3, 2, 5)
+    kw = dict(eta=0.01, steps=1, batch=4, generator=gen())
+    with pytest.raises(ValueError, match="^eta"):
+        train_online_sgd(m, LAM3, 5, **{**kw, "eta": 0.0})
+    with pytest.raises(ValueError, match="^N"):
+        train_online_sgd(m, LAM3, 6, **kw)
+    with pytest.raises(ValueError, match="^Lambda"):
+        train_online_sgd(m, [1.0, 1.0], 5, **kw)
+    with pytest.raises(ValueError, match="^steps"):
+        train_online_sgd(m, LAM3, 5, **{**kw, "steps": -1})

@@ -1,0 +1,279 @@
+"""Browse and evaluate the registered closed forms.
+
+Commands
+--------
+list
+    One line per closed form: id, status, source, title.
+show ID
+    Title, source, status, parameters, the derived expression (pretty-printed and as
+    LaTeX), the paper's printed form and whether it equals the derived one, the erratum
+    and the documentation.
+eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
+    Evaluate at the given parameters and print JSON ``{"id": ID, "value": ...}``:
+    matrices as nested lists, vectors as lists, scalars as numbers. ``Lambda`` may be a
+    D x D symmetric positive-definite matrix or a list of its eigenvalues. With
+    ``--backend mpmath`` the value is computed at ``--dps`` significant digits and printed
+    as strings of that precision.
+
+Bad input (unknown id, missing or extra parameter, wrong shape, a covariance that is not
+symmetric positive definite, N < 1, NaN, malformed JSON) exits with status 2 and one line
+``error: <parameter>: <what is wrong>`` on stderr.
+
+Examples
+--------
+::
+
+    python -m theory list
+    python -m theory show linear_attention.data.lambda_hat_sq
+    python -m theory eval linear_attention.data.lambda_hat_sq --json '{"Lambda": [1, 0.5], "N": 5}'
+    python -m theory eval linear_attention.data.yq_sq --json '{"Lambda": [1, 0.5]}' \\
+        --backend mpmath --dps 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import numbers
+import os
+import sys
+import textwrap
+
+__all__ = ["main"]
+
+_DEFAULT_DPS = 50
+
+
+class _UsageError(ValueError):
+    """Bad input from the command line; printed as ``error: <message>``."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m theory",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run 'python -m theory COMMAND -h' for the options of one command.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub.add_parser("list", help="list the registered closed forms",
+                   description="One line per closed form: id, status, source, title.")
+
+    show = sub.add_parser("show", help="show one closed form: expression, LaTeX, erratum, docs",
+                          description="Show one closed form in full.")
+    show.add_argument("id", metavar="ID", help="closed-form id (see 'list')")
+    show.add_argument("--no-compare", action="store_true",
+                      help="skip the symbolic comparison of the printed and derived forms")
+
+    ev = sub.add_parser(
+        "eval", help="evaluate one closed form at parameters given as JSON",
+        description="Evaluate one closed form; prints JSON {\"id\": ID, \"value\": ...}.",
+        epilog="example: python -m theory eval linear_attention.data.lambda_hat_sq "
+               "--json '{\"Lambda\": [1, 0.5], \"N\": 5}'")
+    ev.add_argument("id", metavar="ID", help="closed-form id (see 'list')")
+    ev.add_argument("--json", dest="params", metavar="OBJECT", default="{}",
+                    help="parameters as a JSON object, e.g. '{\"Lambda\": [1, 0.5], \"N\": 5}'")
+    ev.add_argument("--backend", choices=("numpy", "mpmath"), default="numpy",
+                    help="numpy (float64, default) or mpmath (arbitrary precision)")
+    ev.add_argument("--dps", type=int, default=None, metavar="DIGITS",
+                    help=f"mpmath decimal digits (default {_DEFAULT_DPS}); only with "
+                         "--backend mpmath")
+    return p
+
+
+# -- list ---------------------------------------------------------------------------
+def _cmd_list(args, out) -> int:
+    import theory
+
+    rows = [(cf.id, cf.status, cf.source, cf.title) for cf in theory.records()]
+    _print_table(rows, ("id", "status", "source", "title"), out)
+    return 0
+
+
+def _print_table(rows, header, out) -> None:
+    if not rows:
+        print("(no closed forms registered)", file=out)
+        return
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
+
+    def line(r):
+        cells = [str(c).ljust(w) for c, w in zip(r, widths)] + [str(r[-1])]
+        return "  ".join(cells).rstrip()
+
+    print(line(header), file=out)
+    print(line(["-" * len(h) for h in header]), file=out)
+    for r in rows:
+        print(line(r), file=out)
+
+
+# -- show ---------------------------------------------------------------------------
+def _cmd_show(args, out) -> int:
+    import sympy as sp
+
+    import theory
+
+    cf = theory.get(args.id)
+    unicode = (getattr(out, "encoding", None) or "").lower().replace("-", "") in ("utf8", "utf16")
+
+    def section(name):
+        print(f"\n{name}\n{'-' * len(name)}", file=out)
+
+    def pretty(e):
+        return sp.pretty(e, use_unicode=unicode, wrap_line=False)
+
+    print(cf.id, file=out)
+    print("=" * len(cf.id), file=out)
+    print(cf.title, file=out)
+    print(f"\nsource: {cf.source}", file=out)
+    print(f"status: {cf.status}", file=out)
+    print(f"output: {cf.output}", file=out)
+
+    section("Parameters")
+    for p in cf.params:
+        print(_wrap(p.describe(), indent="  ", hang="    "), file=out)
+
+    expr = cf.expr
+    section("Derived expression")
+    print(textwrap.indent(pretty(expr), "  "), file=out)
+    print(f"\nLaTeX: {sp.latex(expr)}", file=out)
+
+    printed = cf.printed_expr
+    if printed is not None:
+        section("Printed in the paper")
+        print(textwrap.indent(pretty(printed), "  "), file=out)
+        print(f"\nLaTeX: {sp.latex(printed)}", file=out)
+        if args.no_compare:
+            verdict = "not compared (--no-compare)"
+        else:
+            from .compare import equal
+
+            verdict = ("yes" if equal(expr, printed)
+                       else "NO: the printed form differs from the derived one")
+        print(f"\nequal to the derived expression: {verdict}", file=out)
+
+    if cf.erratum:
+        section("Erratum")
+        print(_wrap(cf.erratum), file=out)
+
+    if cf.doc:
+        section("Notes")
+        print(_wrap_prose(cf.doc), file=out)
+    return 0
+
+
+def _wrap_prose(text: str) -> str:
+    """Fill plain paragraphs to 88 columns; keep indented blocks and lists as written."""
+    out = []
+    for para in textwrap.dedent(text).strip().split("\n\n"):
+        lines = para.splitlines()
+        if any(ln[:1] in (" ", "\t", "-", "*") or ln.lstrip()[:2] in ("- ", "* ")
+               for ln in lines):
+            out.append(para)
+        else:
+            out.append(textwrap.fill(" ".join(para.split()), width=88))
+    return "\n\n".join(out)
+
+
+def _wrap(text: str, indent: str = "", hang: str = "") -> str:
+    paras = [" ".join(p.split()) for p in textwrap.dedent(text).strip().split("\n\n")]
+    return "\n\n".join(textwrap.fill(p, width=88, initial_indent=indent,
+                                     subsequent_indent=hang or indent) for p in paras)
+
+
+# -- eval ---------------------------------------------------------------------------
+def _parse_params(text: str) -> dict:
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(f"--json: malformed JSON ({exc})") from None
+    if not isinstance(params, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+                int: "a number", float: "a number"}.get(type(params), "a value")
+        raise _UsageError(f"--json: expected a JSON object of parameters such as "
+                          f"'{{\"Lambda\": [1, 0.5], \"N\": 5}}', got {kind}: "
+                          f"{text.strip()[:60]}")
+    return params
+
+
+def _cmd_eval(args, out) -> int:
+    import theory
+
+    cf = theory.get(args.id)
+    params = _parse_params(args.params)
+    if args.backend == "mpmath":
+        import mpmath
+
+        dps = _DEFAULT_DPS if args.dps is None else args.dps
+        if dps < 1:
+            raise _UsageError(f"--dps: must be >= 1, got {dps}")
+        with mpmath.workdps(dps):
+            value = _mp_jsonable(cf("mpmath", **params), dps, cf.output)
+    else:
+        if args.dps is not None:
+            raise _UsageError("--dps: only used with --backend mpmath")
+        value = _np_jsonable(cf("numpy", **params))
+    json.dump({"id": cf.id, "value": value}, out, allow_nan=False)
+    out.write("\n")
+    return 0
+
+
+def _np_jsonable(x):
+    import numpy as np
+
+    arr = np.asarray(x, dtype=np.float64)
+    return _finite_or_str(arr.tolist())
+
+
+def _finite_or_str(x):
+    if isinstance(x, list):
+        return [_finite_or_str(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)  # "nan", "inf": JSON has no literal for them
+    return x
+
+
+def _mp_jsonable(x, dps: int, output: str):
+    """mpmath value -> strings of ``dps`` digits: nested lists (matrix), list (vector)."""
+    import mpmath
+
+    if isinstance(x, mpmath.matrix):
+        rows = [[_mp_str(x[i, j], dps) for j in range(x.cols)] for i in range(x.rows)]
+        if output == "vector":
+            return [v for r in rows for v in r]
+        if output == "scalar" and x.rows == x.cols == 1:
+            return rows[0][0]
+        return rows
+    if isinstance(x, (list, tuple)):
+        return [_mp_jsonable(v, dps, "scalar") for v in x]
+    return _mp_str(x, dps)
+
+
+def _mp_str(v, dps: int) -> str:
+    import mpmath
+
+    if isinstance(v, numbers.Number) and not isinstance(v, (mpmath.mpf, mpmath.mpc)):
+        v = mpmath.mpmathify(v)
+    return mpmath.nstr(v, dps)
+
+
+# -- main ---------------------------------------------------------------------------
+_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "eval": _cmd_eval}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 2 bad input)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    try:
+        return _COMMANDS[args.command](args, sys.stdout)
+    except ValueError as exc:  # bad input; messages start with the parameter's name
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `python -m theory list | head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1

@@ -1,0 +1,149 @@
+"""Varying context length and the next-token loss (Zhang, Singh, Latham, Saxe 2025, App. A.1).
+
+Next-token loss (eq. 23): the average over positions n = 2..N_max+1 of (y_n - yhat_n)^2,
+where the prediction at position n sees n-1 context tokens and the 1/N of the model is
+the current context length. Averaging over positions is averaging over a context length
+uniform on 1..N_max.
+
+Derivation: E[y_q z] = vec(Lambda^2) does not depend on N, and E[Lambda_hat^2] (hence the
+loss L(M) of :mod:`.merged`) is *linear* in 1/N; so the position-averaged loss is L(M)
+with 1/N replaced by nu = E(1/N) (eq. 30). Minimising it gives eq. 25 and, at the minimum,
+eq. 26 with m = D. nu for the uniform length distribution is derived by ``summation``.
+
+Contains
+--------
+``linear_attention.ntp.inv_length_mean``   E(1/N) = H_{N_max}/N_max
+``linear_attention.ntp.converged_matrix``  eq. 25
+``linear_attention.ntp.global_min_loss``   eq. 26 with m = D
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from ..params import covariance, index
+from ..registry import ClosedForm, register
+from . import merged
+from .data import PAPER, variables
+
+LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
+N_MAX = index("N_max", "Largest context length; lengths uniform on 1..N_max.")
+
+
+def _sym(name):
+    from ..symbols import sym
+
+    return sym(name)
+
+
+@cache
+def derive_inv_length_mean():
+    """E(1/N) = (1/N_max) sum_{n=1}^{N_max} 1/n."""
+    import sympy as sp
+
+    n = sp.Symbol("n", integer=True, positive=True)
+    Nmax = _sym("N_max")
+    return sp.summation(1 / n, (n, 1, Nmax)) / Nmax
+
+
+def stable_inv_length_mean():
+    """(digamma(N_max + 1) + Euler gamma)/N_max: the harmonic number for N_max up to 1e9."""
+    import sympy as sp
+
+    Nmax = _sym("N_max")
+    return (sp.polygamma(0, Nmax + 1) + sp.EulerGamma) / Nmax
+
+
+def _linear_in_inverse_length(expr):
+    """Replace 1/N by E(1/N), after checking that ``expr`` is linear in 1/N."""
+    import sympy as sp
+
+    N = variables().N
+    u = sp.Symbol("u", positive=True)
+    e = expr.xreplace({N: 1 / u}) if not getattr(expr, "is_Matrix", False) else None
+    if e is not None:
+        if sp.degree(sp.expand(e), u) > 1:
+            raise ValueError("expr: not linear in 1/N; the length average is not a substitution")
+        return e.xreplace({u: derive_inv_length_mean()})
+    return expr.xreplace({N: 1 / derive_inv_length_mean()})
+
+
+@cache
+def derive_converged_matrix():
+    """Eq. 11 with 1/N -> E(1/N): the minimiser of the linear-in-1/N loss."""
+    return merged.derive_converged_matrix().xreplace({variables().N: 1 / derive_inv_length_mean()})
+
+
+@cache
+def derive_global_min_loss():
+    """Minimum of the position-averaged loss: the per-direction minimum at 1/N -> E(1/N)."""
+    import sympy as sp
+
+    from ..matrices import from_spectral, trace_symbol
+
+    summand = merged.global_min_summand()
+    _linear_in_inverse_length(summand)  # raises unless linear in 1/N
+    s = summand.xreplace({_sym("trLambda"): trace_symbol(1), variables().N: 1 / derive_inv_length_mean()})
+    return sp.Trace(from_spectral(sp.factor(s), variables().Lam, _sym("lam")))
+
+
+def printed_converged_matrix():
+    """Eq. 25: [Lambda + E(1/N) (Lambda + tr(Lambda) I)]^{-1}."""
+    import sympy as sp
+
+    v = variables()
+    nu = sp.harmonic(_sym("N_max")) / _sym("N_max")
+    return sp.Inverse(v.Lam + nu * (v.Lam + sp.Trace(v.Lam) * sp.Identity(v.D)))
+
+
+def printed_global_min_loss():
+    """Eq. 26 with m = D: tr Lambda - sum_d lambda_d [1 + E(1/N)(1 + tr(Lambda)/lambda_d)]^{-1}."""
+    import sympy as sp
+
+    v = variables()
+    nu = sp.harmonic(_sym("N_max")) / _sym("N_max")
+    I = sp.Identity(v.D)
+    return sp.Trace(v.Lam) - sp.Trace(v.Lam * sp.Inverse(I + nu * (I + sp.Trace(v.Lam) * sp.Inverse(v.Lam))))
+
+
+def _stable(expr_fn):
+    def build():
+        return expr_fn().xreplace({derive_inv_length_mean(): stable_inv_length_mean()})
+
+    return build
+
+
+register(ClosedForm(
+    id="linear_attention.ntp.inv_length_mean",
+    title="E(1/N) for context lengths uniform on 1..N_max",
+    source=f"{PAPER}, App. A.1 (the harmonic number divided by N_max)",
+    status="exact",
+    params=(N_MAX,),
+    derive=derive_inv_length_mean,
+    printed=lambda: __import__("sympy").harmonic(_sym("N_max")) / _sym("N_max"),
+    stable=stable_inv_length_mean,
+))
+
+register(ClosedForm(
+    id="linear_attention.ntp.converged_matrix",
+    title="Converged effective matrix under the next-token loss",
+    source=f"{PAPER}, eqs. 24-25",
+    status="exact",
+    params=(LAMBDA, N_MAX),
+    derive=derive_converged_matrix,
+    printed=printed_converged_matrix,
+    stable=_stable(derive_converged_matrix),
+    output="matrix",
+))
+
+register(ClosedForm(
+    id="linear_attention.ntp.global_min_loss",
+    title="Next-token loss at the global minimum (the last plateau)",
+    source=f"{PAPER}, eq. 26 with m = D",
+    status="exact",
+    params=(LAMBDA, N_MAX),
+    derive=derive_global_min_loss,
+    printed=printed_global_min_loss,
+    stable=_stable(derive_global_min_loss),
+    doc="The length distribution enters only through E(1/N). The first plateau is tr Lambda.",
+))

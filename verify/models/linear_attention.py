@@ -1,0 +1,651 @@
+"""Torch models of merged key-query linear attention and its cubic-feature twin.
+
+Zhang, Singh, Latham, Saxe 2025 (ICML), *Training Dynamics of In-Context Learning in
+Linear Attention*, §2-3 and App. D.
+
+The in-context regression sequence is the token matrix (eq. 1)
+
+    X = [[x_1 ... x_N  x_q],
+         [y_1 ... y_N  0  ]]  in R^{(D+1) x (N+1)},
+
+tokens are columns and the query's label slot is 0. The multi-head merged linear
+attention (§2.3) is
+
+    ATTN_M(X) = X + sum_i (1/N) W^V_i X X^T W^KQ_i X,
+
+with ``rho = N`` the number of *context* tokens, and the prediction is the bottom-right
+entry ``yhat = ATTN_M(X)[D, N]`` (0-based; eq. 3). With the blocks
+
+    W^V_i  = [[*,     *  ],        W^KQ_i = [[U_i,   *],
+              [v_i^T, v_i]],                  [u_i^T, *]]
+
+and ``v_i = u_i = 0`` the prediction is ``yhat = beta^T M x_q`` with ``beta = (1/N)
+sum_n y_n x_n`` and the effective matrix ``M = sum_i v_i U_i`` (eq. M, eq. 4), which is the
+two-layer linear network ``yhat = w2^T W1 z`` on the cubic feature ``z = vec(beta x_q^T)
+= x_q (x) beta`` (column-major vec, eqs. 6-7, 42): :class:`CubicFeatureMLP`.
+
+Contents
+--------
+MergedLinearAttention   the full attention layer, every block of W^V_i, W^KQ_i trainable
+CubicFeatureMLP         yhat = w2^T W1 z, eqs. 6-7
+cubic_features          z = vec(beta x_q^T) from token matrices
+sample_tokens           x_n, x_q ~ N(0, Lambda), w ~ N(0, I): token matrices and y_q (eqs. 1-2)
+train_online_sgd        online SGD on fresh batches, population loss of M logged (t/tau = 2 eta k)
+benchmark_steps         SGD steps per second of the attention model
+
+Everything is float64 by default. Randomness comes only from an explicit
+``torch.Generator``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["MergedLinearAttention", "CubicFeatureMLP", "TokenBatch", "TrainResult",
+           "cpu_threads", "cubic_features", "sample_tokens", "train_online_sgd", "benchmark_steps",
+           "validate_covariance"]
+
+DTYPE = torch.float64
+
+
+# -- validation helpers ---------------------------------------------------------------
+def _positive_int(name: str, value, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+    if int(value) < low:
+        raise ValueError(f"{name}: must be >= {low}, got {value}")
+    return int(value)
+
+
+def _positive_float(name: str, value) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a real number > 0, got {value!r}") from None
+    if not np.isfinite(x) or x <= 0:
+        raise ValueError(f"{name}: must be a finite number > 0, got {value!r}")
+    return x
+
+
+def _nonnegative_float(name: str, value) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a real number >= 0, got {value!r}") from None
+    if not np.isfinite(x) or x < 0:
+        raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
+    return x
+
+
+def validate_covariance(Lambda) -> np.ndarray:
+    """``Lambda`` as a float64 (D, D) SPD array (a list of eigenvalues means a diagonal).
+
+    Uses the same rules as the closed forms' ``covariance`` parameters; raises
+    ``ValueError`` starting with ``Lambda``.
+    """
+    from theory.params import covariance
+
+    return covariance("Lambda", "Token covariance (eq. 2).").validate(Lambda, {})
+
+
+def _check_generator(generator) -> torch.Generator:
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
+    return generator
+
+
+def _as_tokens(X, D: int | None = None) -> torch.Tensor:
+    if not isinstance(X, torch.Tensor):
+        raise ValueError("X: expected a torch.Tensor of shape (B, D+1, N+1), "
+                         f"got {type(X).__name__}")
+    if X.ndim != 3 or X.shape[-1] < 2:
+        raise ValueError(f"X: expected shape (B, D+1, N+1) with N >= 1, got {tuple(X.shape)}")
+    if D is not None and X.shape[1] != D + 1:
+        raise ValueError(f"X: expected {D + 1} rows (D = {D}), got shape {tuple(X.shape)}")
+    return X
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int | None):
+    """Run a block with ``torch.set_num_threads(n)`` (restored afterwards); None: unchanged.
+
+    The matrices here are tiny ((D+1) x (D+1) per sequence): one thread avoids OpenMP
+    synchronisation, which costs far more than the arithmetic (over an order of magnitude
+    on a busy 2-core machine).
+    """
+    if n is None:
+        yield
+        return
+    n = _positive_int("threads", n)
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+# -- data ---------------------------------------------------------------------------------
+class TokenBatch(NamedTuple):
+    """A batch of in-context regression sequences.
+
+    Attributes
+    ----------
+    X : Tensor, shape (B, D+1, N+1)
+        Token matrices (eq. 1): columns ``(x_n, y_n)``, last column ``(x_q, 0)``.
+    y_q : Tensor, shape (B,)
+        Query targets ``w^T x_q``.
+    w : Tensor, shape (B, D)
+        The task vectors.
+    """
+
+    X: torch.Tensor
+    y_q: torch.Tensor
+    w: torch.Tensor
+
+
+def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
+                  device=None, dtype=DTYPE, chol: torch.Tensor | None = None) -> TokenBatch:
+    """Draw ``batch`` sequences of the data model (§2.1, eqs. 1-2).
+
+    ``x_1..x_N, x_q ~ N(0, Lambda)`` i.i.d. (through the Cholesky factor of ``Lambda``),
+    ``w ~ N(0, I_D)``, ``y_n = w^T x_n``, ``y_q = w^T x_q``, no label noise.
+
+    Parameters
+    ----------
+    Lambda : array_like
+        D x D SPD covariance or a list of D positive eigenvalues.
+    N : int
+        Context length (labelled tokens before the query).
+    batch : int
+        Number of sequences B.
+    generator : torch.Generator
+        Source of randomness; its device is used unless ``device`` is given.
+    device, dtype
+        Where and in which precision to build the tensors (default float64).
+    chol : Tensor, optional
+        A precomputed lower Cholesky factor of ``Lambda`` on ``device`` (skips validation).
+
+    Returns
+    -------
+    TokenBatch
+        ``X`` (B, D+1, N+1) with the query label 0, ``y_q`` (B,), ``w`` (B, D).
+    """
+    N = _positive_int("N", N)
+    batch = _positive_int("batch", batch)
+    generator = _check_generator(generator)
+    device = torch.device(device) if device is not None else generator.device
+    if chol is None:
+        lam = validate_covariance(Lambda)
+        chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
+    D = chol.shape[0]
+    g = torch.randn(batch, N + 1, D, generator=generator, device=device, dtype=dtype)
+    x = g @ chol.T                                   # (B, N+1, D), rows ~ N(0, Lambda)
+    w = torch.randn(batch, D, generator=generator, device=device, dtype=dtype)
+    y = (x @ w.unsqueeze(-1)).squeeze(-1)            # (B, N+1)
+    y_q = y[:, N].clone()
+    y = y.clone()
+    y[:, N] = 0.0                                    # the query's label slot
+    X = torch.cat([x.transpose(1, 2), y.unsqueeze(1)], dim=1)
+    return TokenBatch(X, y_q, w)
+
+
+def cubic_features(X: torch.Tensor, order: str = "F") -> torch.Tensor:
+    """The cubic feature ``z = vec(beta x_q^T)`` of token matrices (eqs. 4, 7, 42).
+
+    ``beta = (1/N) sum_n y_n x_n`` over the N context columns; ``x_q`` is the last column.
+
+    Parameters
+    ----------
+    X : Tensor, shape (B, D+1, N+1)
+    order : {"F", "C"}
+        ``"F"`` (the paper's column-major vec): ``z = x_q (x) beta``, entry ``j*D + i`` is
+        ``beta_i x_{q,j}``. ``"C"`` (row-major, the wrong convention; for negative
+        controls): ``z = beta (x) x_q``.
+
+    Returns
+    -------
+    Tensor, shape (B, D*D)
+    """
+    X = _as_tokens(X)
+    if order not in ("F", "C"):
+        raise ValueError(f"order: expected 'F' or 'C', got {order!r}")
+    D, N = X.shape[1] - 1, X.shape[2] - 1
+    x, y = X[:, :D, :N], X[:, D, :N]
+    beta = (x * y.unsqueeze(1)).sum(-1) / N          # (B, D)
+    x_q = X[:, :D, N]
+    outer = x_q.unsqueeze(2) * beta.unsqueeze(1) if order == "F" else \
+        beta.unsqueeze(2) * x_q.unsqueeze(1)
+    return outer.reshape(X.shape[0], D * D)
+
+
+# -- models -------------------------------------------------------------------------------
+class MergedLinearAttention(nn.Module):
+    """Multi-head merged key-query linear attention on full token matrices (§2.3).
+
+    ``ATTN_M(X) = X + sum_i (1/rho) W^V_i X X^T W^KQ_i X`` with ``rho = N`` (context
+    tokens only), per head full ``(D+1) x (D+1)`` matrices ``W^V_i`` and ``W^KQ_i``, all
+    entries trainable. The prediction is ``ATTN_M(X)[D, N]`` (eq. 3, 0-based).
+
+    Parameters
+    ----------
+    D : int
+        Token dimension (the label adds one row).
+    H : int
+        Number of heads.
+    N : int
+        Context length the layer is built for; ``rho = N`` by default.
+    rho : float, optional
+        The normaliser; only for negative controls (e.g. ``N + 1``, counting the query).
+    dtype, device
+        Parameter precision (float64) and device.
+
+    Attributes
+    ----------
+    WV, WKQ : Parameter, shape (H, D+1, D+1)
+        The value and merged key-query matrices of all heads, zero until
+        :meth:`init_` or :meth:`load_`.
+
+    Notes
+    -----
+    Blocks (0-based): ``v_i = WV[i, D, D]`` (scalar), ``v_i`` vector ``= WV[i, D, :D]``,
+    ``U_i = WKQ[i, :D, :D]``, ``u_i = WKQ[i, D, :D]``. The rows ``WV[i, :D, :]`` and the
+    column ``WKQ[i, :, D]`` are the ``*`` blocks: they never reach ``yhat``, so their
+    gradients are exactly zero. App. D.1: with the vector blocks at zero and a symmetric
+    task prior the population gradients of ``v_i``, ``u_i`` vanish (eqs. 40-41).
+    """
+
+    def __init__(self, D: int, H: int, N: int, *, rho: float | None = None,
+                 dtype=DTYPE, device=None):
+        super().__init__()
+        self.D = _positive_int("D", D)
+        self.H = _positive_int("H", H)
+        self.N = _positive_int("N", N)
+        self.rho = float(self.N) if rho is None else _positive_float("rho", rho)
+        shape = (self.H, self.D + 1, self.D + 1)
+        self.WV = nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))
+        self.WKQ = nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))
+
+    def extra_repr(self) -> str:
+        return f"D={self.D}, H={self.H}, N={self.N}, rho={self.rho:g}"
+
+    # -- forward ------------------------------------------------------------------------
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """``ATTN_M(X)`` for a batch of token matrices ``X`` of shape (B, D+1, N+1)."""
+        X = _as_tokens(X, self.D)
+        return X + self._head_sum(X @ X.transpose(1, 2)) @ X / self.rho
+
+    def _head_sum(self, XXt: torch.Tensor) -> torch.Tensor:
+        """``S = sum_i W^V_i (X X^T) W^KQ_i`` per sequence, shape (B, D+1, D+1).
+
+        Written as two flat matrix products over (head, index) pairs; uses the symmetry
+        of ``X X^T``.
+        """
+        B, d, H = XXt.shape[0], self.D + 1, self.H
+        # T[b, c, (h, a)] = sum_k XXt[b, c, k] WV[h, a, k] = (W^V_h X X^T)[a, c]
+        T = XXt @ self.WV.permute(2, 0, 1).reshape(d, H * d)
+        T = T.reshape(B, d, H, d).permute(0, 3, 2, 1).reshape(B * d, H * d)   # [(b, a), (h, c)]
+        return (T @ self.WKQ.reshape(H * d, d)).reshape(B, d, d)
+
+    def predict(self, X: torch.Tensor) -> torch.Tensor:
+        """``yhat = ATTN_M(X)[D, N]``, the bottom-right entry (eq. 3); shape (B,).
+
+        Evaluates only that entry of :meth:`forward`'s expression,
+        ``X[D, N] + (1/rho) sum_i W^V_i[D, :] X X^T W^KQ_i X[:, N]`` (same function, same
+        gradients, less work); the checks compare it with ``forward(X)[:, D, N]``.
+        """
+        X = _as_tokens(X, self.D)
+        B, d, H = X.shape[0], self.D + 1, self.H
+        q = X[:, :, -1]                                                      # (B, D+1)
+        r = (q @ self.WKQ.permute(2, 0, 1).reshape(d, H * d)).reshape(B, H, d)  # W^KQ_h q
+        s = torch.bmm(r, X @ X.transpose(1, 2))                              # (X X^T W^KQ_h q)^T
+        return X[:, self.D, -1] + (s * self.WV[:, self.D, :]).sum((1, 2)) / self.rho
+
+    # -- blocks -------------------------------------------------------------------------
+    def value_scalars(self) -> torch.Tensor:
+        """``v_i = W^V_i[D, D]``, shape (H,) (the MLP's second layer ``w2``)."""
+        return self.WV[:, self.D, self.D]
+
+    def kq_blocks(self) -> torch.Tensor:
+        """``U_i = W^KQ_i[:D, :D]``, shape (H, D, D)."""
+        return self.WKQ[:, :self.D, :self.D]
+
+    def value_vectors(self) -> torch.Tensor:
+        """The vector blocks ``v_i = W^V_i[D, :D]``, shape (H, D); zero in the theory."""
+        return self.WV[:, self.D, :self.D]
+
+    def kq_vectors(self) -> torch.Tensor:
+        """The vector blocks ``u_i = W^KQ_i[D, :D]``, shape (H, D); zero in the theory."""
+        return self.WKQ[:, self.D, :self.D]
+
+    def zero_block_norms(self) -> tuple[float, float]:
+        """Frobenius norms over all heads of the vector blocks ``(v_i)`` and ``(u_i)``."""
+        with torch.no_grad():
+            return (float(torch.linalg.vector_norm(self.value_vectors())),
+                    float(torch.linalg.vector_norm(self.kq_vectors())))
+
+    def effective_matrix(self) -> torch.Tensor:
+        """``M = sum_i v_i U_i`` (D x D), so that ``yhat = beta^T M x_q`` when the vector
+        blocks vanish (eq. M). Differentiable; ``.detach()`` for numbers."""
+        return torch.einsum("h,hij->ij", self.value_scalars(), self.kq_blocks())
+
+    # -- initialisation -----------------------------------------------------------------
+    def init_(self, generator: torch.Generator, w_init: float,
+              star_std: float | None = None) -> "MergedLinearAttention":
+        """Eq.-34 initialisation, in place.
+
+        ``v_i ~ N(0, w_init^2 / H)``, ``U_i`` entries ``~ N(0, w_init^2 / (H D^2))`` (so that
+        ``E||w2||^2 = E||W1||_F^2 = w_init^2``, eq. 35), the vector blocks ``v_i, u_i``
+        exactly 0 (App. D.1). The ``*`` blocks (which never reach ``yhat``) get i.i.d.
+        ``N(0, star_std^2)`` entries, by default the same scale as the ``U_i`` entries,
+        ``w_init / (sqrt(H) D)``; the paper does not say how it sets them.
+        """
+        generator = _check_generator(generator)
+        w_init = _nonnegative_float("w_init", w_init)
+        D, H = self.D, self.H
+        std_u = w_init / (np.sqrt(H) * D)
+        star_std = std_u if star_std is None else _nonnegative_float("star_std", star_std)
+        opts = dict(generator=generator, device=generator.device, dtype=self.WV.dtype)
+        with torch.no_grad():
+            v = torch.randn(H, **opts) * (w_init / np.sqrt(H))
+            U = torch.randn(H, D, D, **opts) * std_u
+            star_v = torch.randn(H, D, D + 1, **opts) * star_std
+            star_kq = torch.randn(H, D + 1, **opts) * star_std
+            WV = torch.zeros_like(self.WV, device=generator.device)
+            WKQ = torch.zeros_like(self.WKQ, device=generator.device)
+            WV[:, :D, :] = star_v
+            WV[:, D, D] = v
+            WKQ[:, :, D] = star_kq
+            WKQ[:, :D, :D] = U
+            self.WV.copy_(WV)
+            self.WKQ.copy_(WKQ)
+        return self
+
+    def load_(self, v, U) -> "MergedLinearAttention":
+        """Set ``v_i`` and ``U_i`` from arrays, zero the vector blocks ``v_i, u_i``.
+
+        The ``*`` blocks are left as they are (call :meth:`init_` first to randomise them).
+        Used to start the torch run from the same eq.-34 draw as the exact flow.
+
+        Parameters
+        ----------
+        v : array_like, shape (H,)
+        U : array_like, shape (H, D, D)
+        """
+        v_t, U_t = _load_arrays(v, U, self.H, self.D, self.WV)
+        with torch.no_grad():
+            self.WV[:, self.D, :] = 0.0
+            self.WV[:, self.D, self.D] = v_t
+            self.WKQ[:, self.D, :self.D] = 0.0
+            self.WKQ[:, :self.D, :self.D] = U_t
+        return self
+
+    def set_vector_blocks_(self, v_vec, u_vec) -> "MergedLinearAttention":
+        """Set the vector blocks ``v_i`` (``W^V_i[D, :D]``) and ``u_i`` (``W^KQ_i[D, :D]``),
+        each of shape (H, D); for testing the general D.1 expression."""
+        a = _as_param_tensor("v_vec", v_vec, (self.H, self.D), self.WV)
+        b = _as_param_tensor("u_vec", u_vec, (self.H, self.D), self.WV)
+        with torch.no_grad():
+            self.WV[:, self.D, :self.D] = a
+            self.WKQ[:, self.D, :self.D] = b
+        return self
+
+
+class CubicFeatureMLP(nn.Module):
+    """The two-layer linear network on cubic features, ``yhat = w2^T W1 z`` (eqs. 6-7).
+
+    Width ``H``, no biases, no nonlinearity. Loaded from attention blocks by
+    ``w2 = (v_1..v_H)`` and ``W1`` rows ``vec(U_i)^T`` (column-major), it computes the same
+    function of ``X`` as :class:`MergedLinearAttention` with zero vector blocks.
+
+    Parameters
+    ----------
+    D, H : int
+        Token dimension and width (number of heads).
+    order : {"F", "C"}
+        The vec convention of the features (``"C"`` only for negative controls).
+
+    Attributes
+    ----------
+    W1 : Parameter, shape (H, D*D)
+    w2 : Parameter, shape (H,)
+    """
+
+    def __init__(self, D: int, H: int, *, order: str = "F", dtype=DTYPE, device=None):
+        super().__init__()
+        self.D = _positive_int("D", D)
+        self.H = _positive_int("H", H)
+        if order not in ("F", "C"):
+            raise ValueError(f"order: expected 'F' or 'C', got {order!r}")
+        self.order = order
+        self.W1 = nn.Parameter(torch.zeros(self.H, self.D * self.D, dtype=dtype, device=device))
+        self.w2 = nn.Parameter(torch.zeros(self.H, dtype=dtype, device=device))
+
+    def extra_repr(self) -> str:
+        return f"D={self.D}, H={self.H}, order={self.order!r}"
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """``w2^T W1 z`` for features ``z`` of shape (B, D*D); returns shape (B,)."""
+        if not isinstance(z, torch.Tensor) or z.ndim != 2 or z.shape[1] != self.D ** 2:
+            got = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+            raise ValueError(f"z: expected a tensor of shape (B, {self.D ** 2}), got {got}")
+        return (z @ self.W1.T) @ self.w2
+
+    def predict(self, X: torch.Tensor) -> torch.Tensor:
+        """``yhat`` from token matrices: the network on ``z = vec(beta x_q^T)``."""
+        return self.forward(cubic_features(_as_tokens(X, self.D), self.order))
+
+    def effective_matrix(self) -> torch.Tensor:
+        """``M = vec^{-1}(W1^T w2)`` (column-major), so that ``yhat = beta^T M x_q``."""
+        m = self.w2 @ self.W1
+        return m.reshape(self.D, self.D).T
+
+    def load_(self, v, U) -> "CubicFeatureMLP":
+        """``w2 = v`` and ``W1[i] = vec(U_i)`` (column-major), from arrays of shapes
+        (H,) and (H, D, D)."""
+        v_t, U_t = _load_arrays(v, U, self.H, self.D, self.W1)
+        with torch.no_grad():
+            self.w2.copy_(v_t)
+            self.W1.copy_(U_t.transpose(1, 2).reshape(self.H, self.D * self.D))
+        return self
+
+
+def _as_param_tensor(name, value, shape, like: torch.Tensor) -> torch.Tensor:
+    arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+    try:
+        arr = np.asarray(arr, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected real numbers, got {value!r}") from None
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: contains NaN or infinity")
+    return torch.as_tensor(arr, dtype=like.dtype, device=like.device)
+
+
+def _load_arrays(v, U, H, D, like):
+    return (_as_param_tensor("v", v, (H,), like), _as_param_tensor("U", U, (H, D, D), like))
+
+
+# -- training -----------------------------------------------------------------------------
+@dataclass
+class TrainResult:
+    """The record of an online SGD run.
+
+    Attributes
+    ----------
+    step : ndarray of int
+        Logged step numbers k (0 is the initialisation).
+    t : ndarray
+        ``t / tau = 2 eta k`` (eq. 5, whose loss ``L`` has no factor 1/2).
+    loss : ndarray
+        Population loss ``L(M_k)`` of the effective matrix (closed form
+        ``linear_attention.merged.loss``), not the noisy batch loss.
+    batch_loss : ndarray
+        Mean squared error of the batch used at the logged step (NaN at step 0).
+    zero_v, zero_u : ndarray or None
+        Norms of the attention's vector blocks ``v_i``, ``u_i`` (None for the MLP).
+    M : ndarray (D, D)
+        The final effective matrix.
+    M_log : ndarray (T, D, D)
+        The effective matrix at every logged step.
+    eta, batch : float, int
+    seconds : float
+        Wall time of the run.
+    """
+
+    step: np.ndarray
+    t: np.ndarray
+    loss: np.ndarray
+    batch_loss: np.ndarray
+    zero_v: np.ndarray | None
+    zero_u: np.ndarray | None
+    M: np.ndarray
+    eta: float
+    batch: int
+    seconds: float
+    M_log: np.ndarray = field(default=None, repr=False)
+
+
+def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int, batch: int,
+                     generator: torch.Generator, device=None, log_every: int = 1,
+                     iterate: Callable[[Iterable, str], Iterable] | None = None,
+                     threads: int | None = 1) -> TrainResult:
+    """Online SGD on freshly sampled batches; log the population loss of ``M``.
+
+    Each step draws ``batch`` new sequences (:func:`sample_tokens`), takes the loss
+    ``mean (y_q - yhat)^2`` (the paper's ``L`` without a factor 1/2) and makes one
+    ``torch.optim.SGD(lr=eta)`` step. A step is an Euler step of ``tau dW/dt = -1/2
+    dL/dW`` of size ``dt / tau = 2 eta``, so step k is at ``t / tau = 2 eta k``.
+
+    Parameters
+    ----------
+    model : MergedLinearAttention or CubicFeatureMLP
+        Anything with ``predict(X)``, ``effective_matrix()`` and attribute ``D``; trained
+        in place (moved to ``device``).
+    Lambda : array_like
+        Token covariance (D x D SPD or eigenvalues).
+    N : int
+        Context length of the sampled sequences.
+    eta : float
+        Learning rate.
+    steps : int
+        Number of SGD steps.
+    batch : int
+        Sequences per step.
+    generator : torch.Generator
+        Source of all randomness (on ``device``).
+    device : str or torch.device, optional
+        Defaults to the generator's device.
+    log_every : int
+        Log the population loss every this many steps (and at 0 and ``steps``).
+    iterate : callable, optional
+        ``iterate(range, desc)`` wrapper for a progress bar.
+    threads : int or None
+        CPU threads during the run (see :func:`cpu_threads`); None leaves torch's setting.
+
+    Returns
+    -------
+    TrainResult
+    """
+    import theory
+
+    N = _positive_int("N", N)
+    eta = _positive_float("eta", eta)
+    steps = _positive_int("steps", steps, low=0)
+    batch = _positive_int("batch", batch)
+    log_every = _positive_int("log_every", log_every)
+    generator = _check_generator(generator)
+    if not (hasattr(model, "predict") and hasattr(model, "effective_matrix")):
+        raise ValueError("model: expected a model with predict(X) and effective_matrix()")
+    lam = validate_covariance(Lambda)
+    if lam.shape[0] != model.D:
+        raise ValueError(f"Lambda: dimension {lam.shape[0]} does not match the model's "
+                         f"D = {model.D}")
+    if getattr(model, "N", N) != N:
+        raise ValueError(f"N: the model was built for N = {model.N}, got {N}")
+    device = torch.device(device) if device is not None else generator.device
+    if device.type != generator.device.type:
+        raise ValueError(f"generator: on {generator.device}, but device is {device}")
+    model.to(device)
+    dtype = next(model.parameters()).dtype
+    chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
+    loss_cf = theory.get("linear_attention.merged.loss")
+    has_blocks = hasattr(model, "zero_block_norms")
+    opt = torch.optim.SGD(model.parameters(), lr=eta)
+
+    log_step, log_loss, log_batch, log_v, log_u, Ms = [], [], [], [], [], []
+
+    def log(k, batch_loss):
+        M = model.effective_matrix().detach().cpu().numpy().astype(np.float64)
+        log_step.append(k)
+        log_loss.append(float(loss_cf(Lambda=lam, N=N, M=M)))
+        log_batch.append(batch_loss)
+        Ms.append(M)
+        if has_blocks:
+            nv, nu = model.zero_block_norms()
+            log_v.append(nv)
+            log_u.append(nu)
+
+    t0 = time.perf_counter()
+    log(0, float("nan"))
+    loop = range(1, steps + 1)
+    if iterate is not None:
+        loop = iterate(loop, "online SGD")
+    with cpu_threads(threads if device.type == "cpu" else None):
+        for k in loop:
+            X, y_q, _ = sample_tokens(None, N, batch, generator=generator, device=device,
+                                      dtype=dtype, chol=chol)
+            opt.zero_grad(set_to_none=True)
+            loss = torch.mean((y_q - model.predict(X)) ** 2)
+            loss.backward()
+            opt.step()
+            if k % log_every == 0 or k == steps:
+                log(k, float(loss.detach()))
+    seconds = time.perf_counter() - t0
+    step = np.asarray(log_step, dtype=np.int64)
+    return TrainResult(
+        step=step, t=2.0 * eta * step, loss=np.asarray(log_loss), batch_loss=np.asarray(log_batch),
+        zero_v=np.asarray(log_v) if has_blocks else None,
+        zero_u=np.asarray(log_u) if has_blocks else None,
+        M=Ms[-1], eta=eta, batch=batch, seconds=seconds, M_log=np.asarray(Ms))
+
+
+def benchmark_steps(D: int, N: int, H: int, batch: int, steps: int, device="cpu",
+                    threads: int | None = 1) -> float:
+    """SGD steps per second of :class:`MergedLinearAttention` (sampling, forward, backward,
+    update) on white tokens, after one warm-up step; float64, ``threads`` CPU threads."""
+    D, N, H = _positive_int("D", D), _positive_int("N", N), _positive_int("H", H)
+    batch, steps = _positive_int("batch", batch), _positive_int("steps", steps)
+    device = torch.device(device)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+    model = MergedLinearAttention(D, H, N, device=device).init_(gen, 0.1)
+    chol = torch.eye(D, dtype=DTYPE, device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        X, y_q, _ = sample_tokens(None, N, batch, generator=gen, device=device, chol=chol)
+        opt.zero_grad(set_to_none=True)
+        torch.mean((y_q - model.predict(X)) ** 2).backward()
+        opt.step()
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    with cpu_threads(threads if device.type == "cpu" else None):
+        step()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        return steps / (time.perf_counter() - t0)
