@@ -25,12 +25,20 @@ _CFUNCS = (expm1, log1p)
 def is_zero(e: sp.Expr) -> bool:
     """True when the scalar ``e`` simplifies to 0."""
     e = sp.sympify(e)
+    if e.has(sp.harmonic):  # H_n = digamma(n + 1) + Euler's gamma
+        e = e.replace(sp.harmonic, lambda n: sp.polygamma(0, n + 1) + sp.EulerGamma)
     if e.has(*_CFUNCS):
         e = e.replace(expm1, lambda x: sp.exp(x) - 1).replace(log1p, lambda x: sp.log(1 + x))
     if e == 0:
         return True
-    e = _exp_to_symbol(e)
-    c = sp.cancel(sp.expand(e))
+    if e.has(sp.exp):
+        e = _exp_to_symbol(sp.expand(e, power_exp=True, mul=False, multinomial=False))
+    if e.has(sp.log):
+        e = sp.expand_log(e.replace(sp.log, lambda x: sp.log(sp.factor(sp.together(x)))), force=True)
+    num, _ = sp.fraction(sp.together(e))
+    if sp.expand(num) == 0:
+        return True
+    c = sp.cancel(e)
     if c == 0:
         return True
     return sp.simplify(c) == 0
@@ -48,6 +56,8 @@ def equal(a: sp.Basic, b: sp.Basic) -> bool:
     if getattr(a, "is_Matrix", False) and a.shape != b.shape:
         return False
     if not (_is_matrix(a) or _is_matrix(b)):
+        if not _numerically_close(a, b):
+            return False
         return is_zero(a - b)
     Lam = sym("Lambda")
     lam = sp.Symbol("lambda", positive=True)
@@ -93,3 +103,20 @@ def _exp_to_symbol(e):
             return e
         reps[x] = X**k
     return e.xreplace(reps)
+
+
+def _numerically_close(a, b, trials=3) -> bool:
+    """Quick refutation: evaluate both scalars at random positive points (30 digits)."""
+    import random
+
+    syms = sorted(a.free_symbols | b.free_symbols, key=str)
+    rnd = random.Random(12345)
+    for _ in range(trials):
+        point = {s: sp.Rational(rnd.randint(2, 40), rnd.randint(2, 9)) for s in syms}
+        try:
+            va, vb = complex(a.subs(point).evalf(30)), complex(b.subs(point).evalf(30))
+        except (TypeError, ValueError):
+            return True  # cannot evaluate numerically: leave it to the symbolic test
+        if abs(va - vb) > 1e-20 * (1 + abs(va) + abs(vb)):
+            return False
+    return True

@@ -54,18 +54,13 @@ def stable_inv_length_mean():
     return (sp.polygamma(0, Nmax + 1) + sp.EulerGamma) / Nmax
 
 
-def _linear_in_inverse_length(expr):
-    """Replace 1/N by E(1/N), after checking that ``expr`` is linear in 1/N."""
+def loss_is_linear_in_inverse_length() -> bool:
+    """The fixed-N loss L(M) is affine in u = 1/N (so averaging over lengths is u -> E(1/N))."""
     import sympy as sp
 
-    N = variables().N
     u = sp.Symbol("u", positive=True)
-    e = expr.xreplace({N: 1 / u}) if not getattr(expr, "is_Matrix", False) else None
-    if e is not None:
-        if sp.degree(sp.expand(e), u) > 1:
-            raise ValueError("expr: not linear in 1/N; the length average is not a substitution")
-        return e.xreplace({u: derive_inv_length_mean()})
-    return expr.xreplace({N: 1 / derive_inv_length_mean()})
+    e = merged.derive_loss().xreplace({variables().N: 1 / u})
+    return sp.expand(sp.diff(e, u, 2)) == 0
 
 
 @cache
@@ -81,9 +76,9 @@ def derive_global_min_loss():
 
     from ..matrices import from_spectral, trace_symbol
 
-    summand = merged.global_min_summand()
-    _linear_in_inverse_length(summand)  # raises unless linear in 1/N
-    s = summand.xreplace({_sym("trLambda"): trace_symbol(1), variables().N: 1 / derive_inv_length_mean()})
+    if not loss_is_linear_in_inverse_length():
+        raise ValueError("N: the loss is not affine in 1/N; the length average is not a substitution")
+    s = merged.global_min_summand().xreplace({_sym("trLambda"): trace_symbol(1), variables().N: 1 / derive_inv_length_mean()})
     return sp.Trace(from_spectral(sp.factor(s), variables().Lam, _sym("lam")))
 
 
@@ -107,8 +102,13 @@ def printed_global_min_loss():
 
 
 def _stable(expr_fn):
+    """The same expression with the harmonic number written as digamma(N_max + 1) + gamma."""
+
     def build():
-        return expr_fn().xreplace({derive_inv_length_mean(): stable_inv_length_mean()})
+        import sympy as sp
+
+        Nmax = _sym("N_max")
+        return expr_fn().replace(sp.harmonic, lambda n: sp.polygamma(0, n + 1) + sp.EulerGamma)
 
     return build
 
