@@ -122,6 +122,19 @@ class ClosedForm:
             fn = self._fns[backend] = emit(self.numeric_expr, self._args(), backend)
         return fn
 
+    def printed_function(self, backend: str = "numpy") -> Callable:
+        """The paper's printed form emitted like :meth:`function` (same positional args);
+        ``ValueError`` when the record has no printed form."""
+        if self.printed_expr is None:
+            raise ValueError(f"id: {self.id} has no printed form")
+        key = ("printed", backend)
+        fn = self._fns.get(key)
+        if fn is None:
+            from .emit import emit
+
+            fn = self._fns[key] = emit(self.printed_expr, self._args(), backend)
+        return fn
+
     def validate(self, kwargs: dict) -> tuple[dict, dict]:
         """Check names and values; return ``(values, dims)``. Raises ``ValueError``."""
         names = self.param_names
@@ -138,7 +151,7 @@ class ClosedForm:
         values = {p.name: p.validate(kwargs[p.name], dims) for p in order}
         return values, dims
 
-    def __call__(self, backend: str = "numpy", **kwargs):
+    def __call__(self, backend: str = "numpy", *, printed: bool = False, **kwargs):
         """Evaluate at the given parameters.
 
         Parameters
@@ -147,6 +160,9 @@ class ClosedForm:
             numpy: float64, vectorised over scalar array parameters; mpmath: at the
             current ``mpmath.mp.dps``; torch: float64 tensors (autograd flows through
             tensor inputs).
+        printed : bool
+            Evaluate the paper's printed form instead of the derived one (to show an
+            erratum numerically).
         **kwargs
             One value per parameter (see :attr:`params`).
         """
@@ -155,8 +171,8 @@ class ClosedForm:
         args = [_convert(values[n], backend) for n in self.param_names]
         if "D" not in self.param_names:
             args.append(D)
-        out = self.function(backend)(*args)
-        return _shape_output(out, self.output, backend)
+        fn = self.printed_function(backend) if printed else self.function(backend)
+        return _shape_output(fn(*args), self.output, backend)
 
     def __repr__(self) -> str:
         return f"<ClosedForm {self.id} ({self.source}; {self.status})>"
@@ -224,8 +240,10 @@ def get(id: str) -> ClosedForm:
     try:
         return _REGISTRY[id]
     except KeyError:
-        close = [i for i in _REGISTRY if id.split(".")[-1] in i]
-        hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
+        import difflib
+
+        close = difflib.get_close_matches(str(id), list(_REGISTRY), n=3, cutoff=0.75)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ValueError(f"id: unknown closed form {id!r}{hint}") from None
 
 

@@ -344,6 +344,39 @@ def printed_plateau_time():
     return _sym("tau") / printed_gamma() * sp.log(1 / _sym("w_init"))
 
 
+def derive_zero_loss():
+    """L(0): the loss of the zero output (eq. 9a)."""
+    import sympy as sp
+
+    return derive_loss().xreplace({_sym("M"): sp.ZeroMatrix(*_sym("M").shape)}).doit()
+
+
+def printed_trace():
+    import sympy as sp
+
+    return sp.Trace(variables().Lam)
+
+
+def printed_inverse():
+    import sympy as sp
+
+    return sp.Inverse(variables().Lam)
+
+
+def printed_sigma_infinity():
+    """sigma(inf) = 1/alpha = N/(N + 1 + D) (spec R10)."""
+    N, D = _sym("N"), _sym("D")
+    return N / (N + 1 + D)
+
+
+def printed_half_rise_time():
+    """Spec R10: t_1/2 = tau/(2 sqrt D) ln(sqrt(D)/(alpha w_init^2) - 1)."""
+    import sympy as sp
+
+    tau, D, N, w = (_sym(n) for n in ("tau", "D", "N", "w_init"))
+    return tau / (2 * sp.sqrt(D)) * sp.log(sp.sqrt(D) / ((1 + (1 + D) / N) * w**2) - 1)
+
+
 # -- registry ------------------------------------------------------------------------
 register(ClosedForm(
     id="linear_attention.merged.loss",
@@ -375,8 +408,8 @@ register(ClosedForm(
     source=f"{PAPER}, eq. 9a",
     status="exact",
     params=(LAMBDA,),
-    derive=lambda: derive_loss().xreplace({_sym("M"): __import__("sympy").ZeroMatrix(*_sym("M").shape)}).doit(),
-    printed=lambda: __import__("sympy").Trace(variables().Lam),
+    derive=derive_zero_loss,
+    printed=printed_trace,
     doc="In parameter space the zero-output critical set is {w2 = 0, W1 vec(Lambda^2) = 0}, "
         "larger than eq. 9a's {w2 = 0, W1 = 0}; in function space it is M = 0.",
 ))
@@ -401,7 +434,7 @@ register(ClosedForm(
     status="asymptotic",
     params=(LAMBDA,),
     derive=derive_converged_matrix_limit,
-    printed=lambda: __import__("sympy").Inverse(variables().Lam),
+    printed=printed_inverse,
     output="matrix",
 ))
 
@@ -450,7 +483,7 @@ register(ClosedForm(
     status="exact",
     params=(D_DIM, N_CTX),
     derive=derive_sigma_infinity,
-    printed=lambda: _sym("N") / (_sym("N") + 1 + _sym("D")),
+    printed=printed_sigma_infinity,
 ))
 
 register(ClosedForm(
@@ -471,9 +504,7 @@ register(ClosedForm(
     status="exact",
     params=(TAU, D_DIM, N_CTX, W_INIT),
     derive=derive_half_rise_time,
-    printed=lambda: (_sym("tau") / (2 * __import__("sympy").sqrt(_sym("D")))
-                     * __import__("sympy").log(__import__("sympy").sqrt(_sym("D"))
-                                               / ((1 + (1 + _sym("D")) / _sym("N")) * _sym("w_init") ** 2) - 1)),
+    printed=printed_half_rise_time,
     stable=stable_half_rise_time,
 ))
 

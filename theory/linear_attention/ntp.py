@@ -82,6 +82,13 @@ def derive_global_min_loss():
     return sp.Trace(from_spectral(sp.factor(s), variables().Lam, _sym("lam")))
 
 
+def printed_inv_length_mean():
+    """App. A.1: "the harmonic number divided by N_max"."""
+    import sympy as sp
+
+    return sp.harmonic(_sym("N_max")) / _sym("N_max")
+
+
 def printed_converged_matrix():
     """Eq. 25: [Lambda + E(1/N) (Lambda + tr(Lambda) I)]^{-1}."""
     import sympy as sp
@@ -107,7 +114,6 @@ def _stable(expr_fn):
     def build():
         import sympy as sp
 
-        Nmax = _sym("N_max")
         return expr_fn().replace(sp.harmonic, lambda n: sp.polygamma(0, n + 1) + sp.EulerGamma)
 
     return build
@@ -120,7 +126,7 @@ register(ClosedForm(
     status="exact",
     params=(N_MAX,),
     derive=derive_inv_length_mean,
-    printed=lambda: __import__("sympy").harmonic(_sym("N_max")) / _sym("N_max"),
+    printed=printed_inv_length_mean,
     stable=stable_inv_length_mean,
 ))
 
