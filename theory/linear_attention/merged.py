@@ -377,6 +377,44 @@ def printed_half_rise_time():
     return tau / (2 * sp.sqrt(D)) * sp.log(sp.sqrt(D) / ((1 + (1 + D) / N) * w**2) - 1)
 
 
+# -- the two-layer form: conservation law and critical sets (eqs. 8, 9, 55) -----------
+def two_layer_flow():
+    """Eq. 8 for the equivalent network with w2 (H x 1) and W1 (H x K), K = D^2:
+    tau dW1/dt = w2 r, tau dw2/dt = W1 r^T with the residual row r = E[y_q z^T] - w2^T W1 E[z z^T].
+
+    Returns ``(w2, W1, b, A, dW1, dw2)`` as matrix expressions (b = E[y_q z], A = E[z z^T]).
+    """
+    import sympy as sp
+
+    H, K = sp.symbols("H K", integer=True, positive=True)
+    w2, W1 = sp.MatrixSymbol("w_2", H, 1), sp.MatrixSymbol("W_1", H, K)
+    b, A = sp.MatrixSymbol("b", K, 1), sp.MatrixSymbol("A", K, K)
+    r = b.T - w2.T * W1 * A
+    return w2, W1, b, A, w2 * r, W1 * r.T
+
+
+def conservation_rate():
+    """d/dt (w2 w2^T - W1 W1^T) under eq. 8, times tau: identically the zero matrix (eq. 55)."""
+    import sympy as sp
+
+    w2, W1, b, A, dW1, dw2 = two_layer_flow()
+    rate = dw2 * w2.T + w2 * dw2.T - (dW1 * W1.T + W1 * dW1.T)
+    return sp.expand(rate.doit()).doit()
+
+
+def zero_output_critical_set():
+    """With w2 = 0 the flow (eq. 8) reduces to tau dW1/dt = 0, tau dw2/dt = W1 b: the critical
+    points with zero output are {w2 = 0, W1 b = 0} (spec R6), larger than eq. 9a's W1 = 0.
+
+    Returns the two right-hand sides at w2 = 0.
+    """
+    import sympy as sp
+
+    w2, W1, b, A, dW1, dw2 = two_layer_flow()
+    zero = sp.ZeroMatrix(*w2.shape)
+    return dW1.xreplace({w2: zero}).doit(), dw2.xreplace({w2: zero}).doit()
+
+
 # -- registry ------------------------------------------------------------------------
 register(ClosedForm(
     id="linear_attention.merged.loss",
