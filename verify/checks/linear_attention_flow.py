@@ -64,16 +64,9 @@ def _printed_numpy(id: str):
     cf = theory.get(id)
     if cf.printed is None:
         return None
-    from theory.emit import emit
-
-    fn = emit(cf.printed_expr, cf._args(), "numpy")
 
     def call(**kw):
-        values, dims = cf.validate(kw)
-        args = [values[n] for n in cf.param_names]
-        if "D" not in cf.param_names:
-            args.append(dims["D"])
-        return np.asarray(fn(*args), dtype=float)
+        return np.asarray(cf(printed=True, **kw), dtype=float)
 
     return call
 
