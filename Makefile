@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-all verify bench docs clean
+.PHONY: install test test-all verify bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

@@ -1,0 +1,86 @@
+"""The coverage table of the README, generated from the registries.
+
+One section per paper; one row per registered closed form: id, source, status, whether
+the paper prints a form (``erratum`` where the printed form differs from the derivation),
+and the checks that cover it. The two checks that cover every record of a topic
+(``<topic>.symbolic_printed_forms``, ``<topic>.high_precision``) are named once above
+the table instead of in every row.
+
+``python -m verify.coverage`` rewrites the table between the markers in README.md;
+``tests/test_readme.py`` fails when the README is out of date.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+START, END = "<!-- coverage:start -->", "<!-- coverage:end -->"
+_GENERIC = ("symbolic_printed_forms", "high_precision")
+
+
+def _split_source(source: str) -> tuple[str, str]:
+    m = re.match(r"^(.*?\b\d{4}), (.*)$", source)
+    return (m.group(1), m.group(2)) if m else ("", source)
+
+
+def _printed(cf) -> str:
+    if cf.printed is None:
+        return "derived only"
+    return "**erratum**" if cf.erratum else "equal"
+
+
+def table() -> str:
+    """The Markdown table (one section per paper)."""
+    import theory
+
+    from .check import checks
+
+    covering: dict[str, list[str]] = {}
+    generic: dict[str, list[str]] = {}
+    for chk in checks():
+        is_generic = chk.id.endswith(_GENERIC)
+        for id in chk.covers:
+            (generic if is_generic else covering).setdefault(id, []).append(chk.id)
+    by_paper: dict[str, list] = {}
+    for cf in theory.records():
+        paper, where = _split_source(cf.source)
+        by_paper.setdefault(paper, []).append((cf, where))
+    out = []
+    for paper, rows in by_paper.items():
+        every = sorted({c for cf, _ in rows for c in generic.get(cf.id, [])})
+        out.append(f"**{paper}**. Every row is also checked by {', '.join(f'`{c}`' for c in every)}.\n")
+        out.append("| id | source | status | printed vs derived | checks |")
+        out.append("|---|---|---|---|---|")
+        for cf, where in rows:
+            chks = ", ".join(f"`{c}`" for c in covering.get(cf.id, [])) or "none yet"
+            out.append(f"| `{cf.id}` | {where.replace('|', '/')} | {cf.status} | {_printed(cf)} | {chks} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def section(readme: str) -> str:
+    """The current generated part of ``readme`` (between the markers)."""
+    i, j = readme.index(START) + len(START), readme.index(END)
+    return readme[i:j].strip("\n") + "\n"
+
+
+def rewrite(path: Path) -> bool:
+    """Rewrite the table in ``path``; True when it changed."""
+    text = path.read_text()
+    new = text[: text.index(START) + len(START)] + "\n" + table() + text[text.index(END):]
+    if new != text:
+        path.write_text(new)
+        return True
+    return False
+
+
+def main(argv=None) -> int:
+    path = Path(argv[0] if argv else "README.md")
+    print(("rewrote" if rewrite(path) else "unchanged:") + f" {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
