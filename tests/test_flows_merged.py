@@ -168,7 +168,8 @@ def test_white_aligned_flow_matches_eq10_quickly():
     (lambda: fm.gd(np.eye(2), 3, np.ones(2), np.ones((2, 2, 2)), eta=0.0, steps=3), "eta"),
     (lambda: fm.gd(np.eye(2), 3, np.ones(2), np.ones((2, 2, 2)), eta=0.1, steps=-1), "steps"),
     (lambda: fm.conserved(np.ones(2), np.ones((3, 2, 2))), "U"),
-])
+], ids=["init-H", "init-w_init", "init-rng", "aligned-direction", "integrate-U", "integrate-t_eval",
+        "integrate-N", "integrate-Lambda", "integrate-tau", "gd-eta", "gd-steps", "conserved-U"])
 def test_bad_input_names_the_parameter(call, name):
     with pytest.raises(ValueError, match=f"^{name}"):
         call()
