@@ -135,23 +135,33 @@ def test_numpy_mpmath_torch_agree(cf_id):
 
 
 # -- printed forms, numerically -------------------------------------------------------
-def _emittable(expr):
-    """The emitter has no printer for sympy's harmonic number; write it as digamma."""
-    return expr.replace(sp.harmonic, lambda n: sp.polygamma(0, n + 1) + sp.EulerGamma)
+def _printed_ids():
+    out = []
+    for i in IDS:
+        cf = theory.get(i)
+        if cf.printed is None:
+            continue
+        out.append(pytest.param(i, id=i))
+    return out
+
+
+PRINTED_IDS = _printed_ids()
 
 
 def printed_value(cf, kw):
+    """The printed expression emitted by theory.emit for numpy and evaluated at ``kw``."""
     values, dims = cf.validate(kw)
     args = [values[n] for n in cf.param_names]
     if "D" not in cf.param_names:
         args.append(dims.get("D", 1))
-    fn = emit(_emittable(cf.printed_expr), cf._args(), "numpy")
+    fn = emit(cf.printed_expr, cf._args(), "numpy")
     out = np.asarray(fn(*args), dtype=np.float64)
     return out.reshape(-1) if cf.output == "vector" else out
 
 
-@pytest.mark.parametrize("cf_id", [i for i in IDS if theory.get(i).printed is not None])
+@pytest.mark.parametrize("cf_id", PRINTED_IDS)
 def test_printed_form_numerically(cf_id):
+    """The printed form evaluates to the record's value (1e-12), or, for an erratum, far from it."""
     cf = theory.get(cf_id)
     kw = params_of(cf)
     diff = rel_err(printed_value(cf, kw), cf(**kw))
@@ -159,6 +169,18 @@ def test_printed_form_numerically(cf_id):
         assert diff > 1.0, f"the erratum's printed form should be far off, got {diff:.3g}"
     else:
         assert diff <= 1e-12
+
+
+@pytest.mark.parametrize("cf_id", PRINTED_IDS)
+def test_printed_evaluation_in_every_backend(cf_id):
+    """ClosedForm(printed=True) in numpy, mpmath (50 digits) and torch against the direct emission."""
+    cf = theory.get(cf_id)
+    kw = params_of(cf)
+    direct = printed_value(cf, kw)
+    assert rel_err(cf(printed=True, **kw), direct) <= 1e-15
+    with mpmath.workdps(50):
+        assert rel_err(as_array(cf("mpmath", printed=True, **kw)), direct) <= 1e-12
+    assert rel_err(as_array(cf("torch", printed=True, **kw)), direct) <= 1e-12
 
 
 def test_eq30_line2_grows_like_N_squared():
@@ -226,10 +248,6 @@ def test_unknown_backend():
         theory.get(HAT_SQ)("jax", Lambda=LAM3, N=3)
 
 
-@pytest.mark.xfail(strict=True, raises=(ValueError, AssertionError, RuntimeWarning),
-                   reason="theory: half_rise_time does not validate its domain; for "
-                          "alpha w_init^2 >= sqrt(D) (sigma(0) >= sigma_inf/2) it returns "
-                          "-inf or NaN (e.g. tau=1, D=4, N=5, w_init=1 -> -inf)")
 def test_half_rise_time_outside_its_domain_is_bad_input():
     cf = theory.get("linear_attention.merged.half_rise_time")
     with pytest.raises(ValueError, match=r"^w_init: "):

@@ -21,7 +21,6 @@ from sympy.printing.numpy import SciPyPrinter
 from sympy.printing.pycode import MpmathPrinter
 from sympy.printing.pytorch import TorchPrinter
 
-from .matrices import Vec
 
 __all__ = ["emit", "BACKENDS"]
 
@@ -303,6 +302,8 @@ def emit(expr: sp.Basic, args: Sequence[sp.Basic], backend: str) -> Callable:
     if backend not in _PRINTERS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
     plain = [sp.Symbol(a.name) if isinstance(a, sp.MatrixSymbol) else a for a in args]
+    # H_n = digamma(n + 1) + Euler's gamma: no printer handles harmonic correctly
+    expr = expr.replace(sp.harmonic, lambda n: sp.polygamma(0, n + 1) + sp.EulerGamma)
     printer = _PRINTERS[backend]()
     return sp.lambdify(plain, expr, modules=_MODULES[backend](), printer=printer, cse=True,
                        docstring_limit=0)

@@ -59,6 +59,10 @@ class ClosedForm:
         (finite at extreme parameters); proved equal to :attr:`expr` by the tests.
     output : str
         ``scalar``, ``matrix`` or ``vector`` (a column returned flat).
+    domain : callable or None
+        ``domain(values)`` raises ``ValueError`` (naming a parameter) where the parameters are
+        individually valid but the closed form is not defined together (checked after
+        validation; scalar parameters only).
     doc : str
         Longer explanation: assumptions, conventions, what the paper says.
     erratum : str
@@ -74,6 +78,7 @@ class ClosedForm:
     printed: Callable[[], Any] | None = None
     stable: Callable[[], Any] | None = None
     output: str = "scalar"
+    domain: Callable[[dict], None] | None = None
     doc: str = ""
     erratum: str = ""
     _fns: dict = field(default_factory=dict, repr=False)
@@ -149,6 +154,11 @@ class ClosedForm:
         dims: dict = {}
         order = sorted(self.params, key=lambda p: p.kind != "covariance")
         values = {p.name: p.validate(kwargs[p.name], dims) for p in order}
+        if self.domain is not None:
+            import numpy as np
+
+            if all(np.ndim(v) == 0 for v in values.values()):
+                self.domain({k: float(v) if np.ndim(v) == 0 else v for k, v in values.items()})
         return values, dims
 
     def __call__(self, backend: str = "numpy", *, printed: bool = False, **kwargs):
@@ -167,6 +177,12 @@ class ClosedForm:
             One value per parameter (see :attr:`params`).
         """
         values, dims = self.validate(kwargs)
+        if backend == "mpmath":
+            import numpy as np
+
+            for p in self.params:
+                if p.kind in ("positive", "nonnegative") and np.ndim(values[p.name]) > 0:
+                    raise ValueError(f"{p.name}: the mpmath backend takes scalars, not arrays")
         D = dims.get("D", values.get("D"))
         args = [_convert(values[n], backend) for n in self.param_names]
         if "D" not in self.param_names:

@@ -42,7 +42,7 @@ import re
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 __all__ = ["write_report", "metadata", "render_figure", "group_of", "status_of"]
 

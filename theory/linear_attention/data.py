@@ -146,21 +146,19 @@ def derive_yq_sq():
 
 def reversed_scalar(word):
     """The transpose of a scalar word (w^T x_q -> x_q^T w)."""
-    v = variables()
+    import sympy as sp
+
     out = []
     for f in reversed(word):
         if hasattr(f, "vec") and hasattr(f, "transposed"):
             out.append(f.vec.row if not f.transposed else f.vec.col)
         else:
-            import sympy as sp
-
             out.append(sp.Transpose(f) if getattr(f, "is_Matrix", False) else f)
     return out
 
 
 def spectral_image(expr):
     """Eigenvalue function of a function of Lambda (see :func:`theory.matrices.spectral`)."""
-    import sympy as sp
 
     from ..matrices import spectral, trace_symbol
     from ..symbols import sym

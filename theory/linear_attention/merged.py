@@ -271,16 +271,18 @@ def printed_white_loss():
 
 
 def stable_white_loss():
-    """D ((1 - alpha sigma)^2/alpha + (alpha - 1)/alpha) with 1 - alpha sigma written without
-    cancellation: (K - alpha) e^{-x} sigma, K = sqrt(D)/w^2."""
+    """D (r^2/alpha + (alpha - 1)/alpha) with r = 1 - alpha sigma written without cancellation
+    or overflow: r = u (1 - c) / (u - c expm1(-x)), u = e^{-x}, c = alpha w_init^2/sqrt(D).
+    Every factor is bounded, so the square is finite for w_init down to 1e-150."""
     import sympy as sp
+    from sympy.codegen.cfunctions import expm1
 
     t, tau, D, N, w = (_sym(n) for n in ("t", "tau", "D", "N", "w_init"))
     x = 2 * sp.sqrt(D) * t / tau
     alpha = 1 + (1 + D) / N
-    sig = stable_sigma()
-    one_minus = (sp.exp(sp.log(sp.sqrt(D)) - 2 * sp.log(w) - x) - alpha * sp.exp(-x)) * sig
-    return D * (one_minus**2 / alpha + ((1 + D) / N) / alpha)
+    u, c = sp.exp(-x), alpha * w**2 / sp.sqrt(D)
+    r = sp.UnevaluatedExpr(u * (1 - c) / (u - c * expm1(-x)))  # squared as a whole: no underflow
+    return D * (r**2 / alpha + ((1 + D) / N) / alpha)
 
 
 @cache
@@ -367,6 +369,16 @@ def printed_sigma_infinity():
     """sigma(inf) = 1/alpha = N/(N + 1 + D) (spec R10)."""
     N, D = _sym("N"), _sym("D")
     return N / (N + 1 + D)
+
+
+def half_rise_domain(values: dict) -> None:
+    """sigma must start below sigma(inf): (1 + (1+D)/N) w_init^2 < sqrt(D)."""
+    import math
+
+    alpha = 1 + (1 + values["D"]) / values["N"]
+    if alpha * values["w_init"] ** 2 >= math.sqrt(values["D"]):
+        raise ValueError("w_init: half_rise_time needs (1 + (1+D)/N) w_init^2 < sqrt(D), "
+                         "i.e. sigma(0) below sigma(infinity)")
 
 
 def printed_half_rise_time():
@@ -544,6 +556,7 @@ register(ClosedForm(
     derive=derive_half_rise_time,
     printed=printed_half_rise_time,
     stable=stable_half_rise_time,
+    domain=half_rise_domain,
 ))
 
 register(ClosedForm(

@@ -227,7 +227,6 @@ def torch_training(ctx):
     Full profile: the Fig.-1 setting, spectrum (0.4, 0.3, 0.2, 0.1) with random
     eigenvectors, ``w_init = 1e-6``, ``eta = 0.05``, batch 1000, 10000 steps.
     """
-    import torch
 
     from verify.flows.merged import half_time, init_merged, integrate
     from verify.models.linear_attention import (CubicFeatureMLP, MergedLinearAttention,
