@@ -24,7 +24,7 @@ Kinds
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,7 +54,6 @@ class Param:
     kind: str
     doc: str
     low: int = 1
-    meta: dict = field(default_factory=dict, compare=False)
 
     def validate(self, value: Any, dims: dict[str, int]) -> Any:
         """Check ``value`` and return it normalised (see the module docstring).

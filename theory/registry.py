@@ -206,7 +206,7 @@ def _convert(value, backend):
             if value.ndim == 2:
                 return mpmath.matrix(value.tolist())
             return [mpmath.mpf(float(v)) for v in value.ravel()]
-        return mpmath.mpf(value) if not isinstance(value, int) else mpmath.mpf(value)
+        return mpmath.mpf(value)
     if backend == "torch":
         import torch
 
