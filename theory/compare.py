@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .matrices import evaluate_explicit, explicit, spectral
+from .matrices import evaluate_explicit, explicit, spectral, trace_summand
 from .symbols import dim, sym
 
 __all__ = ["equal", "is_zero"]
@@ -63,10 +63,19 @@ def equal(a: sp.Basic, b: sp.Basic) -> bool:
         return is_zero(a - b)
     Lam = sym("Lambda")
     lam = sp.Symbol("lambda", positive=True)
+    proj = _projectors()
     try:
-        return is_zero(spectral(a, Lam, lam) - spectral(b, Lam, lam))
+        return is_zero(_idempotent(spectral(a, Lam, lam, proj) - spectral(b, Lam, lam, proj), proj))
     except ValueError:
         pass
+    if not getattr(a, "is_Matrix", False):
+        # sums over eigen-directions: equal summands suffice
+        try:
+            diff = trace_summand(a, Lam, lam, proj) - trace_summand(b, Lam, lam, proj)
+            if is_zero(_idempotent(diff, proj)):
+                return True
+        except ValueError:
+            pass
     mats = {m.name for e in (a, b) for m in e.atoms(sp.MatrixSymbol)}
     if mats <= {"Lambda"}:
         # a function of Lambda alone is orthogonally equivariant: diagonal Lambda suffices
@@ -128,4 +137,17 @@ def _plain(e):
     """Drop UnevaluatedExpr wrappers (used only to steer numerics)."""
     if e.has(sp.UnevaluatedExpr):
         return e.replace(lambda x: isinstance(x, sp.UnevaluatedExpr), lambda x: x.args[0])
+    return e
+
+
+def _projectors() -> dict:
+    """Eigen-projectors of Lambda (they commute with it) and their spectral images p in {0, 1}."""
+    return {sym(n): sp.Symbol(f"p_{n}", nonnegative=True) for n in ("P", "P_prev", "E_m")}
+
+
+def _idempotent(e, proj):
+    """Reduce p**k -> p for the projector images (p is 0 or 1)."""
+    e = sp.expand(e)
+    for p in proj.values():
+        e = e.replace(lambda x: x.is_Pow and x.base == p and x.exp.is_Integer and x.exp > 1, lambda x: p)
     return e

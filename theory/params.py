@@ -19,6 +19,9 @@ Kinds
     A real scalar (or array, for vectorised evaluation) > 0.
 ``nonnegative``
     A real scalar (or array) >= 0.
+``subset``
+    A list of distinct 1-based indices into the eigenvalues of the covariance in descending
+    order (e.g. ``[1, 3]``); may be empty; each index <= D.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative"]
+__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative", "subset"]
 
 _SYMMETRY_RTOL = 1e-10
 
@@ -71,6 +74,7 @@ class Param:
             "index": f"integer >= {self.low}",
             "positive": "real > 0",
             "nonnegative": "real >= 0",
+            "subset": "list of distinct 1-based eigen-direction indices (descending eigenvalues)",
         }[self.kind]
         return f"{self.name}: {what}. {self.doc}"
 
@@ -168,12 +172,26 @@ def _is_torch(value: Any) -> bool:
     return type(value).__module__.startswith("torch")
 
 
+def _subset(p: Param, value: Any, dims: dict[str, int]) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise _fail(p, f"expected a list of indices, got {value!r}")
+    out = []
+    for x in value:
+        out.append(_index(Param(p.name, "index", p.doc, low=1), x, dims))
+    if len(set(out)) != len(out):
+        raise _fail(p, f"indices must be distinct, got {list(value)!r}")
+    if "D" in dims and out and max(out) > dims["D"]:
+        raise _fail(p, f"index {max(out)} exceeds D = {dims['D']}")
+    return tuple(sorted(out))
+
+
 _VALIDATORS = {
     "covariance": _covariance,
     "matrix": _matrix,
     "index": _index,
     "positive": lambda p, v, d: _scalar(p, v, strict=True),
     "nonnegative": lambda p, v, d: _scalar(p, v, strict=False),
+    "subset": _subset,
 }
 
 
@@ -195,3 +213,7 @@ def positive(name: str, doc: str) -> Param:
 
 def nonnegative(name: str, doc: str) -> Param:
     return Param(name, "nonnegative", doc)
+
+
+def subset(name: str, doc: str) -> Param:
+    return Param(name, "subset", doc)

@@ -28,6 +28,7 @@ TOPICS = (
     "theory.linear_attention.data",
     "theory.linear_attention.merged",
     "theory.linear_attention.ntp",
+    "theory.linear_attention.separate",
 )
 
 _REGISTRY: dict[str, "ClosedForm"] = {}
@@ -60,9 +61,14 @@ class ClosedForm:
     output : str
         ``scalar``, ``matrix`` or ``vector`` (a column returned flat).
     domain : callable or None
-        ``domain(values)`` raises ``ValueError`` (naming a parameter) where the parameters are
-        individually valid but the closed form is not defined together (checked after
-        validation; scalar parameters only).
+        ``domain(values, dims)`` raises ``ValueError`` (naming a parameter) where the
+        parameters are individually valid but the closed form is not defined together.
+    derived : callable or None
+        ``derived(values, dims) -> dict``: values of auxiliary symbols computed from the
+        parameters (e.g. the projector ``P`` onto chosen eigen-directions of Lambda), passed
+        to the emitted function after the parameters, in the order of ``derived_names``.
+    derived_names : tuple of str
+        Names (in :func:`theory.symbols.sym`) of the auxiliary symbols.
     doc : str
         Longer explanation: assumptions, conventions, what the paper says.
     erratum : str
@@ -78,7 +84,9 @@ class ClosedForm:
     printed: Callable[[], Any] | None = None
     stable: Callable[[], Any] | None = None
     output: str = "scalar"
-    domain: Callable[[dict], None] | None = None
+    domain: Callable[[dict, dict], None] | None = None
+    derived: Callable[[dict, dict], dict] | None = None
+    derived_names: tuple[str, ...] = ()
     doc: str = ""
     erratum: str = ""
     _fns: dict = field(default_factory=dict, repr=False)
@@ -112,7 +120,7 @@ class ClosedForm:
     def _args(self):
         from .symbols import dim, sym
 
-        args = [sym(n) for n in self.param_names]
+        args = [sym(n) for n in self.param_names + tuple(self.derived_names)]
         if "D" not in self.param_names:
             args.append(dim())
         return args
@@ -155,10 +163,7 @@ class ClosedForm:
         order = sorted(self.params, key=lambda p: p.kind != "covariance")
         values = {p.name: p.validate(kwargs[p.name], dims) for p in order}
         if self.domain is not None:
-            import numpy as np
-
-            if all(np.ndim(v) == 0 for v in values.values()):
-                self.domain({k: float(v) if np.ndim(v) == 0 else v for k, v in values.items()})
+            self.domain(values, dims)
         return values, dims
 
     def __call__(self, backend: str = "numpy", *, printed: bool = False, **kwargs):
@@ -185,6 +190,9 @@ class ClosedForm:
                     raise ValueError(f"{p.name}: the mpmath backend takes scalars, not arrays")
         D = dims.get("D", values.get("D"))
         args = [_convert(values[n], backend) for n in self.param_names]
+        if self.derived is not None:
+            extra = self.derived(values, dims)
+            args += [_convert(extra[n], backend) for n in self.derived_names]
         if "D" not in self.param_names:
             args.append(D)
         fn = self.printed_function(backend) if printed else self.function(backend)
@@ -197,7 +205,7 @@ class ClosedForm:
 def _convert(value, backend):
     import numpy as np
 
-    if backend == "numpy":
+    if backend == "numpy" or isinstance(value, tuple):  # tuples: index sets, used via derived args
         return value
     if backend == "mpmath":
         import mpmath

@@ -24,8 +24,8 @@ def dim():
 def sym(name: str):
     """The sympy object for the parameter ``name``.
 
-    Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``) are D x D
-    MatrixSymbols; ``D`` is :func:`dim`; everything else is a positive real symbol, except
+    Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``) and the eigen-projectors
+    (``P``, ``P_prev``, ``E_m``) are D x D MatrixSymbols; ``D`` is :func:`dim`; everything else is a positive real symbol, except
     ``t`` (nonnegative).
     """
     import sympy as sp
@@ -42,6 +42,6 @@ def sym(name: str):
     return sp.Symbol(name, positive=True)
 
 
-_MATRICES = {"Lambda", "Lambda_q", "M", "A", "Sigma"}
+_MATRICES = {"Lambda", "Lambda_q", "M", "A", "Sigma", "P", "P_prev", "E_m"}
 _INTEGERS = {"N_max", "m"}
 _NONNEGATIVE = {"t"}

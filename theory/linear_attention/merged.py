@@ -371,12 +371,12 @@ def printed_sigma_infinity():
     return N / (N + 1 + D)
 
 
-def half_rise_domain(values: dict) -> None:
+def half_rise_domain(values: dict, dims: dict) -> None:
     """sigma must start below sigma(inf): (1 + (1+D)/N) w_init^2 < sqrt(D)."""
-    import math
+    import numpy as np
 
     alpha = 1 + (1 + values["D"]) / values["N"]
-    if alpha * values["w_init"] ** 2 >= math.sqrt(values["D"]):
+    if np.any(alpha * np.asarray(values["w_init"]) ** 2 >= np.sqrt(values["D"])):
         raise ValueError("w_init: half_rise_time needs (1 + (1+D)/N) w_init^2 < sqrt(D), "
                          "i.e. sigma(0) below sigma(infinity)")
 

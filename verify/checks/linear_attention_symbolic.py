@@ -72,6 +72,11 @@ def _sample_params(r, rng):
             out[n] = (q * np.exp(rng.uniform(np.log(0.1), np.log(10), D))) @ q.T
         elif p.kind == "matrix":
             out[n] = rng.standard_normal((D, D))
+        elif p.kind == "subset":
+            out[n] = sorted(int(d) for d in rng.choice(np.arange(1, D + 1), size=int(rng.integers(0, D + 1)),
+                                                        replace=False))
+        elif p.kind == "index" and n == "m":  # a saddle or drop index: 1..D
+            out[n] = int(rng.integers(1, D + 1))
         elif p.kind == "index":
             out[n] = int(rng.integers(1, 9)) if n == "D" else int(rng.integers(1, 1000))
         elif n == "t":

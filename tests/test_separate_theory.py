@@ -1,0 +1,106 @@
+"""Closed forms of the separate key/query model (Zhang et al. 2025, §4, App. E)."""
+
+import itertools
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import theory
+from theory.linear_attention import separate
+
+FIG1 = [0.4, 0.3, 0.2, 0.1]
+
+
+def _get(id):
+    return theory.get(f"linear_attention.separate.{id}")
+
+
+def test_plateau_levels_and_drops_match_the_spec_numbers():
+    # spec §3 R2 (independent hand values): N = 31, spectrum (0.4, 0.3, 0.2, 0.1)
+    levels = [_get("saddle_loss")(Lambda=FIG1, N=31, m=m) for m in range(5)]
+    np.testing.assert_allclose(levels, [1, 0.640580, 0.377372, 0.209805, 0.135995], atol=5e-7)
+    drops = [_get("drop_size")(Lambda=FIG1, N=31, m=m) for m in range(1, 5)]
+    np.testing.assert_allclose(drops, [0.35942, 0.26321, 0.16757, 0.07381], atol=5e-6)
+
+
+def test_drop_erratum_is_the_large_N_value():
+    cf = _get("drop_size")
+    assert cf.erratum
+    assert cf(Lambda=FIG1, N=31, m=1, printed=True) == pytest.approx(0.4)
+    assert cf(Lambda=FIG1, N=10**9, m=1) == pytest.approx(0.4, rel=1e-8)
+
+
+def test_last_saddle_is_the_merged_global_minimum():
+    rng = np.random.default_rng(3)
+    q, _ = np.linalg.qr(rng.standard_normal((4, 4)))
+    Lam = (q * np.array(FIG1)) @ q.T
+    for N in (1, 7, 31, 10**6):
+        assert _get("saddle_loss")(Lambda=Lam, N=N, m=4) == pytest.approx(
+            theory.get("linear_attention.merged.global_min_loss")(Lambda=Lam, N=N), rel=1e-12)
+        np.testing.assert_allclose(_get("fixed_point_matrix")(Lambda=Lam, N=N, S=[1, 2, 3, 4]),
+                                   theory.get("linear_attention.merged.converged_matrix")(Lambda=Lam, N=N),
+                                   rtol=1e-10, atol=1e-12)
+
+
+def test_every_subset_is_a_fixed_point_in_function_space():
+    # G(M_S) = Lambda^2 - E[Lhat^2] M_S Lambda vanishes on the directions in S (eq. 60)
+    lam, p = sp.Symbol("lam", positive=True), sp.Symbol("p", nonnegative=True)
+    img = separate.fixed_point_gradient_image()
+    assert sp.simplify(img - lam**2 * (1 - p)) == 0
+    rng = np.random.default_rng(0)
+    q, _ = np.linalg.qr(rng.standard_normal((4, 4)))
+    Lam = (q * np.array(FIG1)) @ q.T
+    V = separate.eigenvectors_descending(Lam)
+    for k in range(5):
+        for S in itertools.combinations(range(1, 5), k):
+            M = _get("fixed_point_matrix")(Lambda=Lam, N=7, S=list(S))
+            G = theory.get("linear_attention.merged.gradient")(Lambda=Lam, N=7, M=M)
+            for d in S:  # G e_d = 0 and e_d^T G = 0 on learned directions
+                assert np.linalg.norm(G @ V[:, d - 1]) < 1e-12
+            assert _get("subset_loss")(Lambda=Lam, N=7, S=list(S)) == pytest.approx(
+                theory.get("linear_attention.merged.loss")(Lambda=Lam, N=7, M=M), rel=1e-12)
+
+
+def test_saddle_losses_decrease_and_drops_sum_up():
+    for N in (1, 5, 100):
+        levels = np.array([_get("saddle_loss")(Lambda=FIG1, N=N, m=m) for m in range(5)])
+        assert np.all(np.diff(levels) < 0)
+        drops = [_get("drop_size")(Lambda=FIG1, N=N, m=m) for m in range(1, 5)]
+        assert sum(drops) == pytest.approx(levels[0] - levels[-1], rel=1e-12)
+
+
+def test_scalar_ode_fixed_point_is_the_min_norm_value():
+    # eq. 20a: v* = (lambda/a)^(1/3) is the nonzero root of eq. 21
+    cf = _get("scalar_ode_rhs")
+    lam, a = 0.3, 0.11
+    assert abs(cf(v=(lam / a) ** (1 / 3), lam=lam, a=a, tau=1.0)) < 1e-15
+    assert cf(v=0.5 * (lam / a) ** (1 / 3), lam=lam, a=a, tau=1.0) > 0
+
+
+def test_escape_time_is_the_blow_up_of_the_quadratic_part():
+    cf = _get("escape_time")
+    assert cf(Lambda=FIG1, N=31, m=2, tau=2.0, w_init=1e-3) == pytest.approx(2.0 / (0.3**2 * 1e-3))
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: _get("saddle_loss")(Lambda=FIG1, N=31, m=5), "m"),
+    (lambda: _get("saddle_loss")(Lambda=FIG1, N=31, m=-1), "m"),
+    (lambda: _get("drop_size")(Lambda=FIG1, N=31, m=0), "m"),
+    (lambda: _get("subset_loss")(Lambda=FIG1, N=31, S=[5]), "S"),
+    (lambda: _get("subset_loss")(Lambda=FIG1, N=31, S=[1, 1]), "S"),
+    (lambda: _get("subset_loss")(Lambda=FIG1, N=31, S="12"), "S"),
+    (lambda: _get("fixed_point_matrix")(Lambda=FIG1, N=0, S=[1]), "N"),
+], ids=["saddle-m-too-large", "saddle-m-negative", "drop-m-zero", "subset-out-of-range",
+        "subset-repeated", "subset-string", "fixed-point-N"])
+def test_bad_input_names_the_parameter(call, name):
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        call()
+
+
+def test_ntp_saddles_use_the_inverse_length_mean():
+    nu = theory.get("linear_attention.ntp.inv_length_mean")(N_max=31)
+    lam = np.array(FIG1)
+    for m in range(5):
+        hand = 1 - sum(l / (1 + nu * (1 + 1 / l)) for l in lam[:m])  # eq. 26, tr Lambda = 1
+        assert theory.get("linear_attention.ntp.saddle_loss")(Lambda=FIG1, N_max=31, m=m) == pytest.approx(hand, rel=1e-12)

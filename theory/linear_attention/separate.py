@@ -1,0 +1,367 @@
+"""Separate key/query linear attention ATTN_S (Zhang, Singh, Latham, Saxe 2025, §4-5, App. E-F).
+
+Model (eq. S): ``yhat = sum_i sum_r v_i beta^T k_ir q_ir^T x_q = beta^T M x_q`` with
+``M = sum_{i,r} v_i k_ir q_ir^T``. The loss depends on the weights only through M, so it is
+the merged model's L(M) (:mod:`.merged`), and G = -1/2 dL/dM is the same matrix; the flow
+(eqs. 14, 83) is tau dv_i = sum_r k_ir^T G q_ir, tau dk_ir = v_i G q_ir, tau dq_ir = v_i G^T k_ir.
+
+Derived here:
+
+* fixed points in function space (eqs. 16-18, 59): per eigen-direction d either the
+  direction is inactive (m_d = 0) or G's spectral image vanishes, m_d = lambda_d / a_d; a
+  subset S of directions gives ``M_S = P_S M*`` with P_S the projector onto
+  {e_d : d in S} (2^D of them);
+* the loss at a fixed point (eq. 63) from L(M) with M = P_S M* (P_S^2 = P_S), and at the
+  ordered saddles S = {1..m} (eq. 19); the exact m-th drop lambda_m^3/a_m (the paper rounds
+  it to lambda_m: kept as the printed form, an erratum at finite N);
+* the scalar ODE (eq. 21): the ansatz k = q = v e_d makes M gain v^3 e_d e_d^T, and
+  tau dv/dt = k^T G q = v^2 g(lambda_d) with g the spectral image of G, written with
+  a_d eliminated for tr(Lambda);
+* the escape-time estimate (eqs. 71, 76): dsolve of tau dv/dt = lambda^2 v^2 (the small-v
+  part of eq. 21) from v(0) = w_init blows up at t = tau/(lambda^2 w_init);
+* the next-token saddles (eq. 26) by 1/N -> E(1/N) (the loss is affine in 1/N).
+
+Eigen-directions are numbered by descending eigenvalue; the projectors are computed from
+an eigendecomposition of Lambda (float64) and passed to the emitted functions.
+
+Contains
+--------
+``linear_attention.separate.fixed_point_matrix``, ``.subset_loss``, ``.saddle_loss``,
+``.drop_size``, ``.scalar_ode_rhs``, ``.escape_time``; ``linear_attention.ntp.saddle_loss``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from ..params import Param, covariance, index, positive, subset
+from ..registry import ClosedForm, register
+from . import merged, ntp
+from .data import PAPER, variables
+
+LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
+N_CTX = index("N", "Context length (number of labelled tokens).")
+SUBSET = subset("S", "Learned eigen-directions (1-based, descending eigenvalues), eq. 17.")
+M_SADDLE = Param("m", "index", "Number of learned directions: the saddle M_m, S = {1..m} (eq. 19).", low=0)
+M_DROP = index("m", "Which drop: from M_{m-1} to M_m.")
+TAU = positive("tau", "Time constant of the gradient flow (eq. 5).")
+W_INIT = positive("w_init", "Initial value weight v_m(0) of the head that learns e_m (ansatz, eq. 20).")
+
+
+def _sym(name):
+    from ..symbols import sym
+
+    return sym(name)
+
+
+# -- eigen-projectors ------------------------------------------------------------------
+def eigenvectors_descending(Lam: np.ndarray) -> np.ndarray:
+    """Orthonormal eigenvectors of Lambda as columns, by descending eigenvalue."""
+    w, V = np.linalg.eigh(Lam)
+    return V[:, np.argsort(-w, kind="stable")]
+
+
+def projector(Lam: np.ndarray, S) -> np.ndarray:
+    """P_S = sum_{d in S} e_d e_d^T (S 1-based, descending eigenvalues)."""
+    V = eigenvectors_descending(Lam)
+    cols = [d - 1 for d in S]
+    return V[:, cols] @ V[:, cols].T
+
+
+def _subset_projector(values, dims):
+    return {"P": projector(values["Lambda"], values["S"])}
+
+
+def _saddle_projector(values, dims):
+    return {"P": projector(values["Lambda"], range(1, values["m"] + 1))}
+
+
+def _drop_projectors(values, dims):
+    m = values["m"]
+    return {"P_prev": projector(values["Lambda"], range(1, m)), "E_m": projector(values["Lambda"], [m])}
+
+
+def _m_at_most_D(values, dims):
+    if values["m"] > dims["D"]:
+        raise ValueError(f"m: must be <= D = {dims['D']}, got {values['m']}")
+
+
+# -- derivations -----------------------------------------------------------------------
+def _spectral_syms():
+    import sympy as sp
+
+    return _sym("lam"), sp.Symbol("m", real=True), sp.Symbol("p", nonnegative=True)
+
+
+@cache
+def active_root():
+    """The nonzero per-direction fixed point m_d: the root of G's spectral image (= merged M*)."""
+    return merged.converged_eigenvalue()
+
+
+@cache
+def derive_fixed_point_matrix():
+    """M_S = P_S f(Lambda), f the active root: inactive directions have m_d = 0 (eq. 59)."""
+    return _sym("P") * merged.derive_converged_matrix()
+
+
+def fixed_point_gradient_image():
+    """Spectral image of G(M_S) with P_S -> p: lambda^2 (1 - p), zero on S (eq. 60)."""
+    import sympy as sp
+
+    from ..matrices import spectral
+
+    lam, _, p = _spectral_syms()
+    G = merged.derive_gradient().xreplace({_sym("M"): derive_fixed_point_matrix()})
+    img = sp.expand(spectral(G, variables().Lam, lam, {_sym("P"): p}))
+    return sp.factor(img.replace(lambda x: x.is_Pow and x.base == p, lambda x: p))
+
+
+@cache
+def _loss_parts(projector_name="P", inverse_length=False):
+    """L(M_S) = tr(F0(Lambda)) + tr(P F1(Lambda)) from the per-direction summand with P^2 = P."""
+    import sympy as sp
+
+    from ..matrices import from_spectral, trace_summand
+
+    lam, _, p = _spectral_syms()
+    v = variables()
+    P = _sym(projector_name)
+    M_S = P * merged.derive_converged_matrix()
+    loss = merged.derive_loss().xreplace({_sym("M"): M_S})
+    s = sp.expand(trace_summand(loss, v.Lam, lam, {P: p}))
+    s = s.replace(lambda x: x.is_Pow and x.base == p, lambda x: p)
+    s0, s1 = sp.factor(s.coeff(p, 0)), sp.factor(s.coeff(p, 1))
+    if inverse_length:
+        nu = ntp.derive_inv_length_mean()
+        s0, s1 = (sp.factor(x.xreplace({v.N: 1 / nu})) for x in (s0, s1))
+    return from_spectral(s0, v.Lam, lam), from_spectral(s1, v.Lam, lam)
+
+
+@cache
+def derive_subset_loss():
+    """Eq. 63 derived: L(P_S M*)."""
+    import sympy as sp
+
+    F0, F1 = _loss_parts()
+    return sp.Trace(F0) + sp.Trace(_sym("P") * F1)
+
+
+def stable_subset_loss(inverse_length=False):
+    """tr((I - P) Lambda) + tr(P l*(Lambda)) with l* the per-direction minimum (no cancellation
+    when L(M_S) is small, e.g. S = {1..D} at large N)."""
+    import sympy as sp
+
+    from ..matrices import from_spectral, trace_symbol
+
+    v = variables()
+    s = merged.global_min_summand().xreplace({_sym("trLambda"): trace_symbol(1)})
+    if inverse_length:
+        s = sp.factor(s.xreplace({v.N: 1 / ntp.derive_inv_length_mean()}))
+    P = _sym("P")
+    return sp.Trace((sp.Identity(v.D) - P) * v.Lam) + sp.Trace(P * from_spectral(s, v.Lam, _sym("lam")))
+
+
+def printed_subset_loss():
+    """Eq. 63 (and eq. 19 for S = {1..m}): tr Lambda - sum_{d in S} lambda_d (1 + (1 + tr Lambda/lambda_d)/N)^{-1}."""
+    import sympy as sp
+
+    v = variables()
+    I = sp.Identity(v.D)
+    inner = I + (I + sp.Trace(v.Lam) * sp.Inverse(v.Lam)) / v.N
+    return sp.Trace(v.Lam) - sp.Trace(_sym("P") * v.Lam * sp.Inverse(inner))
+
+
+def printed_fixed_point_matrix():
+    """Eq. 18 (= 59): sum_{d in S} lambda_d^{-1} (1 + (1 + tr Lambda/lambda_d)/N)^{-1} e_d e_d^T."""
+    import sympy as sp
+
+    v = variables()
+    I = sp.Identity(v.D)
+    return _sym("P") * sp.Inverse(v.Lam * (I + (I + sp.Trace(v.Lam) * sp.Inverse(v.Lam)) / v.N))
+
+
+@cache
+def derive_drop_size():
+    """L(M_{m-1}) - L(M_m) with P_m = P_{m-1} + E_m: tr(E_m F1) with the sign of the drop."""
+    import sympy as sp
+
+    _, F1 = _loss_parts()
+    return -sp.Trace(_sym("E_m") * F1)
+
+
+def printed_drop_size():
+    """§4.3: the m-th drop is "approximately lambda_m" (the N -> infinity value)."""
+    import sympy as sp
+
+    return sp.Trace(_sym("E_m") * variables().Lam)
+
+
+@cache
+def derive_scalar_ode_rhs():
+    """Eq. 21 from the ansatz k = q = v e_d: tau dv/dt = k^T G q = v^2 g, M gaining v^3 e_d e_d^T;
+    a_d = eigenvalue of E[Lambda_hat^2] eliminates tr(Lambda) and N."""
+    import sympy as sp
+
+    from ..matrices import spectral, trace_symbol
+    from .data import derive_lambda_hat_sq
+
+    lam, _, _ = _spectral_syms()
+    vv, a, tau = _sym("v"), _sym("a"), _sym("tau")
+    v = variables()
+    g = spectral(merged.derive_gradient(), v.Lam, lam, {_sym("M"): vv**3})
+    a_of = spectral(derive_lambda_hat_sq(), v.Lam, lam)
+    (T,) = sp.solve(sp.Eq(a_of, a), trace_symbol(1))
+    return sp.expand(vv**2 * g.xreplace({trace_symbol(1): T}) / tau)
+
+
+def printed_scalar_ode_rhs():
+    """Eq. 21: tau dv/dt = lambda^2 v^2 - lambda a v^5 (second form, a = a_{m+1})."""
+    lam, vv, a, tau = _sym("lam"), _sym("v"), _sym("a"), _sym("tau")
+    return (lam**2 * vv**2 - lam * a * vv**5) / tau
+
+
+@cache
+def derive_escape_time():
+    """Blow-up time of tau dv/dt = lambda_m^2 v^2, v(0) = w_init (the v^2 part of eq. 21)."""
+    import sympy as sp
+
+    t, tau, w = _sym("t"), _sym("tau"), _sym("w_init")
+    lam = sp.Symbol("lambda_m", positive=True)
+    v = sp.Function("v")
+    sol = sp.dsolve(sp.Eq(tau * v(t).diff(t), lam**2 * v(t) ** 2), v(t), ics={v(0): w}).rhs
+    (t_star,) = sp.solve(sp.Eq(1 / sol, 0), t)
+    return t_star.xreplace({lam: sp.Trace(_sym("E_m") * variables().Lam)})
+
+
+def printed_escape_time():
+    """Eqs. 71/76 with v_m(t_{m-1}) = v_m(0) under the ansatz: tau / (lambda_m^2 v_m(0))."""
+    import sympy as sp
+
+    return _sym("tau") / (sp.Trace(_sym("E_m") * variables().Lam) ** 2 * _sym("w_init"))
+
+
+@cache
+def derive_ntp_saddle_loss():
+    """Eq. 26: the saddle losses with 1/N -> E(1/N)."""
+    import sympy as sp
+
+    F0, F1 = _loss_parts(inverse_length=True)
+    return sp.Trace(F0) + sp.Trace(_sym("P") * F1)
+
+
+def printed_ntp_saddle_loss():
+    """Eq. 26: tr Lambda - sum_{d<=m} lambda_d [1 + E(1/N)(1 + tr Lambda/lambda_d)]^{-1}."""
+    import sympy as sp
+
+    v = variables()
+    nu = sp.harmonic(_sym("N_max")) / _sym("N_max")
+    I = sp.Identity(v.D)
+    return sp.Trace(v.Lam) - sp.Trace(_sym("P") * v.Lam * sp.Inverse(I + nu * (I + sp.Trace(v.Lam) * sp.Inverse(v.Lam))))
+
+
+# -- registry --------------------------------------------------------------------------
+register(ClosedForm(
+    id="linear_attention.separate.fixed_point_matrix",
+    title="M_S, the effective matrix at the fixed point that has learned the directions S",
+    source=f"{PAPER}, eqs. 16-18, 59 (and eq. 22: the PCR predictor at S = {{1..m}})",
+    status="exact",
+    params=(LAMBDA, N_CTX, SUBSET),
+    derive=derive_fixed_point_matrix,
+    printed=printed_fixed_point_matrix,
+    output="matrix",
+    derived=_subset_projector,
+    derived_names=("P",),
+    doc="One of the 2^D function-space fixed points; S = {} is the zero point, S = {1..D} the "
+        "merged model's global minimum. At M_S the model computes in-context principal component "
+        "regression on the directions in S (eq. 22).",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.subset_loss",
+    title="L(M_S), the loss at the fixed point of the subset S",
+    source=f"{PAPER}, eq. 63",
+    status="exact",
+    params=(LAMBDA, N_CTX, SUBSET),
+    derive=derive_subset_loss,
+    printed=printed_subset_loss,
+    stable=stable_subset_loss,
+    derived=_subset_projector,
+    derived_names=("P",),
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.saddle_loss",
+    title="L(M_m), the m-th plateau: the top m eigen-directions learned",
+    source=f"{PAPER}, eq. 19",
+    status="exact",
+    params=(LAMBDA, N_CTX, M_SADDLE),
+    derive=derive_subset_loss,
+    printed=printed_subset_loss,
+    stable=stable_subset_loss,
+    domain=_m_at_most_D,
+    derived=_saddle_projector,
+    derived_names=("P",),
+    doc="N -> infinity: the variance of the directions not yet learned, sum_{d>m} lambda_d.",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.drop_size",
+    title="L(M_{m-1}) - L(M_m), the size of the m-th drop",
+    source=f"{PAPER}, §4.3 (drop 'approximately lambda_m'); exact from eq. 19",
+    status="exact",
+    params=(LAMBDA, N_CTX, M_DROP),
+    derive=derive_drop_size,
+    printed=printed_drop_size,
+    domain=_m_at_most_D,
+    derived=_drop_projectors,
+    derived_names=("P_prev", "E_m"),
+    erratum="The paper rounds the m-th drop to lambda_m, its N -> infinity limit; at finite N "
+            "it is lambda_m^3/a_m = lambda_m (1 + (1 + tr Lambda/lambda_m)/N)^{-1} (e.g. 0.35942, "
+            "not 0.4, for the first drop of the spectrum (0.4, 0.3, 0.2, 0.1) at N = 31).",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.scalar_ode_rhs",
+    title="Right side of the scalar ODE for the value weight of the head being learned",
+    source=f"{PAPER}, eqs. 20-21, 69, 75",
+    status="exact",
+    params=(Param("v", "nonnegative", "Value weight v_{m+1} (k = q = v e_{m+1})."),
+            positive("lam", "Eigenvalue lambda_{m+1}."),
+            positive("a", "a_{m+1}, eigenvalue of E[Lambda_hat^2] (eq. 32)."), TAU),
+    derive=derive_scalar_ode_rhs,
+    printed=printed_scalar_ode_rhs,
+    doc="dv/dt; exact on the aligned, balanced manifold k_i = q_i = v_i e_sigma(i), approximate "
+        "from a random start. Fixed point v* = (lambda/a)^{1/3} (eq. 20a).",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.escape_time",
+    title="Time of the m-th drop from a small aligned start (leading order)",
+    source=f"{PAPER}, eqs. 71, 76",
+    status="approximate",
+    params=(LAMBDA, N_CTX, M_DROP, TAU, W_INIT),
+    derive=derive_escape_time,
+    printed=printed_escape_time,
+    domain=_m_at_most_D,
+    derived=lambda values, dims: {"E_m": projector(values["Lambda"], [values["m"]])},
+    derived_names=("E_m",),
+    doc="tau/(lambda_m^2 w_init), from the v^2 term of eq. 21 alone; under the ansatz every head "
+        "grows from t = 0, so eq. 76 reduces to this. The leading order does not depend on N.",
+))
+
+register(ClosedForm(
+    id="linear_attention.ntp.saddle_loss",
+    title="Next-token loss at the m-th saddle (lengths uniform on 1..N_max)",
+    source=f"{PAPER}, eq. 26",
+    status="exact",
+    params=(LAMBDA, index("N_max", "Largest context length; lengths uniform on 1..N_max."), M_SADDLE),
+    derive=derive_ntp_saddle_loss,
+    printed=printed_ntp_saddle_loss,
+    stable=lambda: stable_subset_loss(inverse_length=True),
+    domain=_m_at_most_D,
+    derived=_saddle_projector,
+    derived_names=("P",),
+))
