@@ -304,6 +304,9 @@ def emit(expr: sp.Basic, args: Sequence[sp.Basic], backend: str) -> Callable:
     plain = [sp.Symbol(a.name) if isinstance(a, sp.MatrixSymbol) else a for a in args]
     # H_n = digamma(n + 1) + Euler's gamma: no printer handles harmonic correctly
     expr = expr.replace(sp.harmonic, lambda n: sp.polygamma(0, n + 1) + sp.EulerGamma)
+    if backend == "torch":  # torch functions take tensors: numeric constants like sqrt(3) become floats
+        expr = expr.replace(lambda x: x.is_number and isinstance(x, (sp.Pow, sp.Function)) and not x.is_Rational,
+                            lambda x: sp.Float(x.evalf(20), 20))
     printer = _PRINTERS[backend]()
     return sp.lambdify(plain, expr, modules=_MODULES[backend](), printer=printer, cse=True,
                        docstring_limit=0)

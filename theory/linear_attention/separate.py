@@ -27,7 +27,8 @@ an eigendecomposition of Lambda (float64) and passed to the emitted functions.
 Contains
 --------
 ``linear_attention.separate.fixed_point_matrix``, ``.subset_loss``, ``.saddle_loss``,
-``.drop_size``, ``.scalar_ode_rhs``, ``.escape_time``; ``linear_attention.ntp.saddle_loss``.
+``.drop_size``, ``.scalar_ode_rhs``, ``.scalar_ode_time``, ``.escape_time``;
+``linear_attention.ntp.saddle_loss``.
 """
 
 from __future__ import annotations
@@ -224,6 +225,46 @@ def printed_scalar_ode_rhs():
 
 
 @cache
+def derive_scalar_ode_time():
+    """t(v) - t(v0) along eq. 21: tau/lambda^2 times the integral of dv/(v^2 - (a/lambda) v^5),
+    by ``integrate``; the branch log(v - v*) is written log(v* - v) (real for v < v*; the
+    constant i pi cancels between the two ends)."""
+    import sympy as sp
+
+    v, v0, lam, a, tau = (_sym(n) for n in ("v", "v0", "lam", "a", "tau"))
+    u, c = sp.symbols("u c", positive=True)
+    F = sp.integrate(1 / (u**2 - c**3 * u**5), u)
+    F = F.replace(sp.log, lambda x: sp.log(sp.expand(-x)) if sp.expand(x - (u - 1 / c)) == 0 else sp.log(x))
+    cc = (a / lam) ** sp.Rational(1, 3)
+    return tau / lam**2 * (F.subs(u, v) - F.subs(u, v0)).subs(c, cc)
+
+
+def printed_scalar_ode_time():
+    """Eq. 70's antiderivative (printed correctly; its integrand is printed with v^2 where it
+    should be v^5), between v0 and v, times tau/lambda^2."""
+    import sympy as sp
+
+    v, v0, lam, a, tau = (_sym(n) for n in ("v", "v0", "lam", "a", "tau"))
+    c = (a / lam) ** sp.Rational(1, 3)
+
+    def F(x):
+        return c / 6 * (sp.log((c**2 * x**2 + c * x + 1) / (c**2 * x**2 - 2 * c * x + 1))
+                        - 2 * sp.sqrt(3) * sp.atan((2 * c * x + 1) / sp.sqrt(3))) - 1 / x
+
+    return tau / lam**2 * (F(v) - F(v0))
+
+
+def _below_fixed_point(values, dims):
+    import numpy as np
+
+    v_star = (values["lam"] / values["a"]) ** (1 / 3)
+    if np.any(np.asarray(values["v0"]) > np.asarray(values["v"])):
+        raise ValueError("v0: must be <= v (time runs forward along eq. 21)")
+    if np.any(np.asarray(values["v"]) >= v_star):
+        raise ValueError(f"v: must be below the fixed point v* = (lam/a)^(1/3) = {v_star:.6g}")
+
+
+@cache
 def derive_escape_time():
     """Blow-up time of tau dv/dt = lambda_m^2 v^2, v(0) = w_init (the v^2 part of eq. 21)."""
     import sympy as sp
@@ -335,6 +376,21 @@ register(ClosedForm(
     printed=printed_scalar_ode_rhs,
     doc="dv/dt; exact on the aligned, balanced manifold k_i = q_i = v_i e_sigma(i), approximate "
         "from a random start. Fixed point v* = (lambda/a)^{1/3} (eq. 20a).",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.scalar_ode_time",
+    title="Time for the value weight to grow from v0 to v along the scalar ODE",
+    source=f"{PAPER}, eq. 70 (implicit solution of eq. 21)",
+    status="exact",
+    params=(positive("v", "Value weight reached (v < v*)."), positive("v0", "Starting value weight."),
+            positive("lam", "Eigenvalue lambda_{m+1}."),
+            positive("a", "a_{m+1}, eigenvalue of E[Lambda_hat^2] (eq. 32)."), TAU),
+    derive=derive_scalar_ode_time,
+    printed=printed_scalar_ode_time,
+    domain=_below_fixed_point,
+    doc="The paper prints the integrand of eq. 70 with v_1^2 where it should read v_1^5; the "
+        "antiderivative it gives is right. v(t) has no closed-form inverse.",
 ))
 
 register(ClosedForm(

@@ -61,8 +61,19 @@ def symbolic_printed_forms(ctx):
     )
 
 
-def _sample_params(r, rng):
-    """A random valid parameter point for record ``r``."""
+def _sample_params(r, rng, attempts: int = 200):
+    """A random valid parameter point for record ``r`` (resampled until it is in the domain)."""
+    for _ in range(attempts):
+        values = _draw(r, rng)
+        try:
+            r.validate(values)
+            return values
+        except ValueError:
+            continue
+    raise ValueError(f"id: no valid random parameters found for {r.id}")
+
+
+def _draw(r, rng):
     D = 3
     out = {}
     for p in r.params:
