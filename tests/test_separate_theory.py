@@ -104,3 +104,34 @@ def test_ntp_saddles_use_the_inverse_length_mean():
     for m in range(5):
         hand = 1 - sum(l / (1 + nu * (1 + 1 / l)) for l in lam[:m])  # eq. 26, tr Lambda = 1
         assert theory.get("linear_attention.ntp.saddle_loss")(Lambda=FIG1, N_max=31, m=m) == pytest.approx(hand, rel=1e-12)
+
+
+def test_conservation_laws_eq82_eq88():
+    from theory.matrices import explicit
+    from theory.symbols import dim
+
+    per_r, head = separate.conservation_rates()
+    assert head == 0 or isinstance(head, sp.ZeroMatrix)
+    for rate in per_r:  # 2 v k^T G q - 2 v q^T G^T k: zero as a 1 x 1 matrix
+        assert sp.simplify(explicit(rate, dim(), 3)[0, 0]) == 0
+
+
+def test_ansatz_value_weight_is_the_root_of_eq21():
+    cf = _get("ansatz_value_weight")
+    lam, T, N = 0.3, 1.0, 31
+    v = cf(lam=lam, trLambda=T, N=N)
+    a = theory.get("linear_attention.data.lambda_hat_sq_eigenvalue")(lam=lam, trLambda=T, N=N)
+    assert v == pytest.approx((lam / a) ** (1 / 3), rel=1e-14)
+    # the fixed point realised by this head reproduces the eigenvalue lambda/a of M_S (eq. 59)
+    assert v**3 == pytest.approx(lam / a, rel=1e-13)
+
+
+def test_pcr_limit_is_the_large_N_fixed_point():
+    rng = np.random.default_rng(5)
+    q, _ = np.linalg.qr(rng.standard_normal((4, 4)))
+    Lam = (q * np.array(FIG1)) @ q.T
+    lim = _get("pcr_limit_matrix")(Lambda=Lam, m=2)
+    M = _get("fixed_point_matrix")(Lambda=Lam, N=10**9, S=[1, 2])
+    np.testing.assert_allclose(M, lim, rtol=1e-7, atol=1e-7)
+    P = separate.projector(Lam, [1, 2])
+    np.testing.assert_allclose(Lam @ lim, P, atol=1e-12)  # w^T P x_q in the limit (eq. 22)

@@ -27,7 +27,8 @@ an eigendecomposition of Lambda (float64) and passed to the emitted functions.
 Contains
 --------
 ``linear_attention.separate.fixed_point_matrix``, ``.subset_loss``, ``.saddle_loss``,
-``.drop_size``, ``.scalar_ode_rhs``, ``.scalar_ode_time``, ``.escape_time``;
+``.drop_size``, ``.scalar_ode_rhs``, ``.scalar_ode_time``, ``.ansatz_value_weight``,
+``.pcr_limit_matrix``, ``.escape_time``;
 ``linear_attention.ntp.saddle_loss``.
 """
 
@@ -303,6 +304,65 @@ def printed_ntp_saddle_loss():
     return sp.Trace(v.Lam) - sp.Trace(_sym("P") * v.Lam * sp.Inverse(I + nu * (I + sp.Trace(v.Lam) * sp.Inverse(v.Lam))))
 
 
+@cache
+def derive_ansatz_value_weight():
+    """v* of eq. 20a: the nonzero root of the scalar ODE (eq. 21) with a = a(lambda) (eq. 32)."""
+    import sympy as sp
+
+    from .data import derive_lambda_hat_sq, spectral_image
+
+    vv, a = _sym("v"), _sym("a")
+    rhs = derive_scalar_ode_rhs()
+    roots = [r for r in sp.solve(sp.Eq(rhs, 0), vv) if r != 0 and r.is_positive is not False]
+    (root,) = [r for r in roots if r.is_real is not False][:1]
+    return root.xreplace({a: spectral_image(derive_lambda_hat_sq())})
+
+
+def printed_ansatz_value_weight():
+    """Eq. 20a: lambda^{-1/3} (1 + (1 + tr Lambda/lambda)/N)^{-1/3}."""
+    import sympy as sp
+
+    lam, T, N = _sym("lam"), _sym("trLambda"), _sym("N")
+    return lam ** sp.Rational(-1, 3) * (1 + (1 + T / lam) / N) ** sp.Rational(-1, 3)
+
+
+def printed_pcr_limit_matrix():
+    """Eq. 22's limit as a matrix: P_m Lambda^{-1}."""
+    import sympy as sp
+
+    return _sym("P") * sp.Inverse(variables().Lam)
+
+
+@cache
+def derive_pcr_limit_matrix():
+    """N -> infinity of M_m (eq. 22): P_m times the limit of the active root."""
+    import sympy as sp
+
+    from ..matrices import from_spectral
+
+    lim = sp.limit(active_root(), variables().N, sp.oo)
+    return _sym("P") * from_spectral(lim, variables().Lam, _sym("lam"))
+
+
+def conservation_rates():
+    """Eq. 82/88 for one rank-R head (R = 2 written out): tau d/dt (|k_r|^2 - |q_r|^2) and
+    tau d/dt (sum_r |k_r|^2 - v^2) under tau dv = sum_r k_r^T G q_r, tau dk_r = v G q_r,
+    tau dq_r = v G^T k_r, for any matrix G. Both are identically zero."""
+    import sympy as sp
+
+    D = variables().D
+    G = sp.MatrixSymbol("G", D, D)
+    v = sp.Symbol("v", real=True)
+    ks = [sp.MatrixSymbol(f"k_{r}", D, 1) for r in (1, 2)]
+    qs = [sp.MatrixSymbol(f"q_{r}", D, 1) for r in (1, 2)]
+    dv = sum((k.T * G * q for k, q in zip(ks, qs)), sp.ZeroMatrix(1, 1))
+    dk = [v * G * q for q in qs]
+    dq = [v * G.T * k for k in ks]
+    per_r = [sp.expand((2 * k.T * dk_ - 2 * q.T * dq_).doit()) for k, q, dk_, dq_ in zip(ks, qs, dk, dq)]
+    head = sp.expand((sum((2 * k.T * dk_ for k, dk_ in zip(ks, dk)), sp.ZeroMatrix(1, 1)) - 2 * v * dv).doit())
+    return per_r, head
+
+
 # -- registry --------------------------------------------------------------------------
 register(ClosedForm(
     id="linear_attention.separate.fixed_point_matrix",
@@ -391,6 +451,33 @@ register(ClosedForm(
     domain=_below_fixed_point,
     doc="The paper prints the integrand of eq. 70 with v_1^2 where it should read v_1^5; the "
         "antiderivative it gives is right. v(t) has no closed-form inverse.",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.ansatz_value_weight",
+    title="v*, the value weight (and key/query norm) of a head that has learned e_d",
+    source=f"{PAPER}, eq. 20a (= eqs. 80-81 applied to eq. 59: the minimum-norm weights)",
+    status="exact",
+    params=(positive("lam", "Eigenvalue lambda_d."), positive("trLambda", "Trace of Lambda."), N_CTX),
+    derive=derive_ansatz_value_weight,
+    printed=printed_ansatz_value_weight,
+    doc="k = q = v* e_d with v* = (lambda_d/a_d)^{1/3}: the nonzero root of eq. 21 and the "
+        "minimum-l2-norm factorisation of the fixed point (total cost 3 sum_d (lambda_d/a_d)^{2/3}).",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.pcr_limit_matrix",
+    title="N -> infinity limit of M_m: principal component regression on the top m directions",
+    source=f"{PAPER}, eq. 22 (limit)",
+    status="asymptotic",
+    params=(LAMBDA, M_SADDLE),
+    derive=derive_pcr_limit_matrix,
+    printed=printed_pcr_limit_matrix,
+    domain=_m_at_most_D,
+    derived=_saddle_projector,
+    derived_names=("P",),
+    output="matrix",
+    doc="With beta -> Lambda w the predictor beta^T P_m Lambda^{-1} x_q -> w^T P_m x_q.",
 ))
 
 register(ClosedForm(
