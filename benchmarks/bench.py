@@ -121,6 +121,24 @@ def bench_rhs() -> dict:
             "exponent_ok": bool(max(slope_all, slope_top) <= 3.0)}
 
 
+def bench_rhs_separate() -> dict:
+    """One right-hand side of the separate-model flow (rank 1, H = D heads), D = 8..128."""
+    from verify.flows import separate as fs
+
+    rng = np.random.default_rng(0)
+    times = {}
+    for D in RHS_DIMS:
+        lam = np.linspace(1.0, 0.1, D)
+        f = fs.rhs(lam, 31, D, 1, 1.0)
+        y = rng.normal(size=D * (1 + 2 * D)) / D
+        times[D] = _time_call(lambda: f(0.0, y))
+    dims = np.array(RHS_DIMS, dtype=float)
+    sec = np.array([times[D] for D in RHS_DIMS])
+    slope = float(np.polyfit(np.log(dims), np.log(sec), 1)[0])
+    return {"seconds": {str(D): times[D] for D in RHS_DIMS}, "exponent_all": slope,
+            "exponent_ok": bool(slope <= 3.0)}
+
+
 def bench_mc(batch: int = 100_000, D: int = 4, N: int = 31) -> dict:
     """Samples per second of the E[z z^T] estimator: draw, form z, accumulate z z^T."""
     rng = np.random.default_rng(0)
@@ -190,6 +208,7 @@ def main(argv=None) -> int:
         "import_theory": bench_import(args.repeat),
         "records": bench_records(repeat_cached=200),
         "flow_rhs": bench_rhs(),
+        "flow_rhs_separate": bench_rhs_separate(),
         "monte_carlo_zz": bench_mc(),
         "torch_steps_per_second": None if args.skip_torch else bench_torch(),
     }
@@ -211,6 +230,11 @@ def main(argv=None) -> int:
     rows.append(("flow rhs: fitted exponent of time vs D (all / largest 3)",
                  f"{fr['exponent_all']:.2f} / {fr['exponent_largest3']:.2f}"
                  + ("  (<= 3: ok)" if fr["exponent_ok"] else "  (> 3!)")))
+    fs_ = res["flow_rhs_separate"]
+    for D, sec in fs_["seconds"].items():
+        rows.append((f"separate flow rhs, rank 1, H=D={D}", f"{sec * 1e6:.1f} us"))
+    rows.append(("separate flow rhs: fitted exponent of time vs D",
+                 f"{fs_['exponent_all']:.2f}" + ("  (<= 3: ok)" if fs_["exponent_ok"] else "  (> 3!)")))
     mc = res["monte_carlo_zz"]
     rows.append((f"Monte Carlo E[zz^T], D={mc['D']}, N={mc['N']} ({mc['sampler']})",
                  f"{mc['samples_per_second']:.3g} samples/s"))
@@ -223,7 +247,7 @@ def main(argv=None) -> int:
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
-    return 0 if fr["exponent_ok"] else 1
+    return 0 if fr["exponent_ok"] and fs_["exponent_ok"] else 1
 
 
 if __name__ == "__main__":
