@@ -134,7 +134,7 @@ def escape_time_ratio(ctx):
     levels = _saddles(Lam, N, D)
     v_star = (lam / a) ** (1 / 3)
     ws = np.array([1e-2, 1e-3, 1e-4])
-    ratios, eq70, seconds = [], [], []
+    ratios, eq70 = [], []
     drops_all = []
     for w in ws:
         va, ka, qa = fs.init_aligned_separate(mo, D, 1, w)
