@@ -1,0 +1,242 @@
+"""Torch model of multi-head attention with separate key and query matrices (``ATTN_S``).
+
+Zhang, Singh, Latham, Saxe 2025 (ICML), *Training Dynamics of In-Context Learning in
+Linear Attention*, §2.2, §2.4, §4-5 and App. C.2, F.1.
+
+On the token matrix ``X`` of eq. 1 (shape (D+1, N+1), the query's label slot 0) the linear
+layer with ``H`` heads of rank ``R`` is (§2.4)
+
+    ATTN_S(X) = X + sum_i (1/N) W^V_i X X^T W^K_i^T W^Q_i X,
+
+with ``W^V_i`` of shape (D+1, D+1) and ``W^K_i, W^Q_i`` of shape (R, D+1); the prediction is
+the bottom-right entry ``yhat = ATTN_S(X)[D, N]`` (eq. 3, 0-based). With the blocks
+
+    W^V_i = [[*,     *  ],     W^K_i = [k_ir^T, k_ir]_{r=1..R},   W^Q_i = [q_ir^T, *]_{r=1..R}
+             [v_i^T, v_i]],
+
+and the vector ``v_i`` and scalars ``k_ir`` at zero, ``yhat = beta^T M x_q`` with the
+effective matrix ``M = sum_{i,r} v_i k_ir q_ir^T`` (eq. S, eq. 12). The softmax variant
+(§2.2) replaces the map ``(1/N) X^T W^K^T W^Q X`` by a softmax over the keys (all N+1
+tokens, query included) of the unscaled scores ``X^T W^K^T W^Q X`` (``rho = 1``: the paper
+does not state ``rho``; the authors' public code uses none); it is used for Fig. 5b.
+
+Sampling and online SGD are shared with the merged model:
+:func:`verify.models.linear_attention.sample_tokens` and
+:func:`verify.models.linear_attention.train_online_sgd` (which logs the population loss of
+:meth:`SeparateLinearAttention.effective_matrix`, meaningful for the linear layer only).
+
+Everything is float64 by default. Randomness comes only from an explicit
+``torch.Generator``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from verify.models.linear_attention import (
+    DTYPE,
+    _as_param_tensor,
+    _as_tokens,
+    _check_generator,
+    _nonnegative_float,
+    _positive_float,
+    _positive_int,
+)
+
+__all__ = ["SeparateLinearAttention"]
+
+
+class SeparateLinearAttention(nn.Module):
+    """Multi-head attention with separate rank-``R`` keys and queries on full token matrices.
+
+    Parameters
+    ----------
+    D : int
+        Token dimension (the label adds one row).
+    H : int
+        Number of heads.
+    R : int
+        Rank of each head's key and query (rows of ``W^K_i``, ``W^Q_i``).
+    N : int
+        Context length the layer is built for; the linear layer divides by ``rho = N``.
+    softmax : bool
+        Softmax attention over the keys of ``X^T W^K^T W^Q X`` (no ``1/rho``) instead of the
+        linear map; the effective matrix then does not describe the function.
+    rho : float, optional
+        The linear layer's normaliser; only for negative controls (e.g. ``N + 1``).
+    dtype, device
+        Parameter precision (float64) and device.
+
+    Attributes
+    ----------
+    WV : Parameter, shape (H, D+1, D+1)
+    WK, WQ : Parameter, shape (H, R, D+1)
+        All entries trainable; zero until :meth:`init_` or :meth:`load_`.
+
+    Notes
+    -----
+    Blocks (0-based): ``v_i = WV[i, D, D]``, vector ``v_i = WV[i, D, :D]``, ``k_ir =
+    WK[i, r, :D]``, scalar ``k_ir = WK[i, r, D]``, ``q_ir = WQ[i, r, :D]``. The rows
+    ``WV[i, :D, :]`` and the column ``WQ[i, :, D]`` are the ``*`` blocks: the query's label
+    slot is 0, so ``WQ[i, :, D]`` never reaches ``yhat``, and only row ``D`` of ``W^V_i``
+    does. With the vector blocks at zero the population gradients of ``v_i`` (vector) and
+    ``k_ir`` (scalar) vanish (App. F.1).
+    """
+
+    def __init__(self, D: int, H: int, R: int, N: int, softmax: bool = False, *,
+                 rho: float | None = None, dtype=DTYPE, device=None):
+        super().__init__()
+        self.D = _positive_int("D", D)
+        self.H = _positive_int("H", H)
+        self.R = _positive_int("R", R)
+        self.N = _positive_int("N", N)
+        if not isinstance(softmax, (bool, np.bool_)):
+            raise ValueError(f"softmax: expected True or False, got {softmax!r}")  # noqa: TRY004
+        self.softmax = bool(softmax)
+        if rho is not None and self.softmax:
+            raise ValueError("rho: the softmax layer has no normaliser (rho = 1)")
+        self.rho = float(self.N) if rho is None else _positive_float("rho", rho)
+        d = self.D + 1
+        self.WV = nn.Parameter(torch.zeros(self.H, d, d, dtype=dtype, device=device))
+        self.WK = nn.Parameter(torch.zeros(self.H, self.R, d, dtype=dtype, device=device))
+        self.WQ = nn.Parameter(torch.zeros(self.H, self.R, d, dtype=dtype, device=device))
+
+    def extra_repr(self) -> str:
+        kind = "softmax" if self.softmax else f"linear, rho={self.rho:g}"
+        return f"D={self.D}, H={self.H}, R={self.R}, N={self.N}, {kind}"
+
+    # -- forward ------------------------------------------------------------------------
+    def _weights(self, scores: torch.Tensor) -> torch.Tensor:
+        """Attention map from scores indexed [..., key, query]."""
+        if self.softmax:
+            return torch.softmax(scores, dim=-2)
+        return scores / self.rho
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """``ATTN_S(X)`` for a batch of token matrices ``X`` of shape (B, D+1, N+1)."""
+        X = _as_tokens(X, self.D)
+        keys = torch.einsum("hrc,bcn->bhrn", self.WK, X)           # W^K_i X
+        queries = torch.einsum("hrc,bcn->bhrn", self.WQ, X)        # W^Q_i X
+        scores = torch.einsum("bhra,bhrn->bhan", keys, queries)    # X^T W^K^T W^Q X
+        values = torch.einsum("hec,bca->bhea", self.WV, X)         # W^V_i X
+        out = torch.einsum("bhea,bhan->ben", values, self._weights(scores))
+        return X + out
+
+    def predict(self, X: torch.Tensor) -> torch.Tensor:
+        """``yhat = ATTN_S(X)[D, N]``, the bottom-right entry (eq. 3); shape (B,).
+
+        Evaluates only the query column of :meth:`forward`'s expression (same function,
+        same gradients, less work).
+        """
+        X = _as_tokens(X, self.D)
+        q = torch.einsum("hrc,bc->bhr", self.WQ, X[:, :, -1])       # W^Q_i x_q-token
+        keys = torch.einsum("hrc,bcn->bhrn", self.WK, X)
+        scores = torch.einsum("bhrn,bhr->bhn", keys, q)             # (B, H, N+1)
+        vals = torch.einsum("hc,bcn->bhn", self.WV[:, self.D, :], X)  # row D of W^V_i X
+        return X[:, self.D, -1] + (vals * self._weights(scores.unsqueeze(-1)).squeeze(-1)).sum((1, 2))
+
+    # -- blocks -------------------------------------------------------------------------
+    def value_scalars(self) -> torch.Tensor:
+        """``v_i = W^V_i[D, D]``, shape (H,)."""
+        return self.WV[:, self.D, self.D]
+
+    def keys(self) -> torch.Tensor:
+        """``k_ir = W^K_i[r, :D]``, shape (H, R, D)."""
+        return self.WK[:, :, :self.D]
+
+    def queries(self) -> torch.Tensor:
+        """``q_ir = W^Q_i[r, :D]``, shape (H, R, D)."""
+        return self.WQ[:, :, :self.D]
+
+    def value_vectors(self) -> torch.Tensor:
+        """The vector blocks ``v_i = W^V_i[D, :D]``, shape (H, D); zero in the theory."""
+        return self.WV[:, self.D, :self.D]
+
+    def key_scalars(self) -> torch.Tensor:
+        """The scalar blocks ``k_ir = W^K_i[r, D]``, shape (H, R); zero in the theory."""
+        return self.WK[:, :, self.D]
+
+    def zero_block_norms(self) -> tuple[float, float]:
+        """Frobenius norms over all heads of the vector blocks ``(v_i)`` and the scalars ``(k_ir)``."""
+        with torch.no_grad():
+            return (float(torch.linalg.vector_norm(self.value_vectors())),
+                    float(torch.linalg.vector_norm(self.key_scalars())))
+
+    def effective_matrix(self) -> torch.Tensor:
+        """``M = sum_{i,r} v_i k_ir q_ir^T`` (D x D), so that ``yhat = beta^T M x_q`` for the
+        linear layer with zero ``v_i`` (vector) and ``k_ir`` (scalar) blocks (eq. S).
+        Differentiable; ``.detach()`` for numbers."""
+        return torch.einsum("h,hrd,hre->de", self.value_scalars(), self.keys(), self.queries())
+
+    # -- initialisation -----------------------------------------------------------------
+    def init_(self, generator: torch.Generator, w_init: float,
+              star_std: float | None = None) -> SeparateLinearAttention:
+        """Eq.-36 initialisation (App. C.2), in place.
+
+        ``v_i ~ N(0, w_init^2 / H)``, ``k_ir, q_ir`` entries ``~ N(0, w_init^2 / (H R D))``
+        (eq. 37: each group has squared norm ``w_init^2`` in expectation), the vector
+        ``v_i`` and the scalars ``k_ir`` exactly 0 (App. F.1). The ``*`` blocks
+        (``W^V_i[:D, :]``, ``W^Q_i[:, D]``) get i.i.d. ``N(0, star_std^2)`` entries, by
+        default the key/query scale ``w_init / sqrt(H R D)``; the paper does not say how it
+        sets them.
+        """
+        generator = _check_generator(generator)
+        w_init = _nonnegative_float("w_init", w_init)
+        D, H, R = self.D, self.H, self.R
+        std_kq = w_init / np.sqrt(H * R * D)
+        star_std = std_kq if star_std is None else _nonnegative_float("star_std", star_std)
+        opts = {"generator": generator, "device": generator.device, "dtype": self.WV.dtype}
+        with torch.no_grad():
+            v = torch.randn(H, **opts) * (w_init / np.sqrt(H))
+            k = torch.randn(H, R, D, **opts) * std_kq
+            q = torch.randn(H, R, D, **opts) * std_kq
+            star_v = torch.randn(H, D, D + 1, **opts) * star_std
+            star_q = torch.randn(H, R, **opts) * star_std
+            WV = torch.zeros(self.WV.shape, dtype=self.WV.dtype, device=generator.device)
+            WK = torch.zeros(self.WK.shape, dtype=self.WK.dtype, device=generator.device)
+            WQ = torch.zeros(self.WQ.shape, dtype=self.WQ.dtype, device=generator.device)
+            WV[:, :D, :] = star_v
+            WV[:, D, D] = v
+            WK[:, :, :D] = k
+            WQ[:, :, :D] = q
+            WQ[:, :, D] = star_q
+            self.WV.copy_(WV)
+            self.WK.copy_(WK)
+            self.WQ.copy_(WQ)
+        return self
+
+    def load_(self, v, k, q) -> SeparateLinearAttention:
+        """Set ``v_i``, ``k_ir``, ``q_ir`` from arrays; zero the vector ``v_i`` and scalars ``k_ir``.
+
+        The ``*`` blocks are left as they are (call :meth:`init_` first to randomise them).
+        Used to start the torch run from the eq.-36 draw of
+        :func:`verify.flows.separate.init_separate`, the exact flow's start.
+
+        Parameters
+        ----------
+        v : array_like, shape (H,)
+        k, q : array_like, shape (H, R, D)
+        """
+        H, R, D = self.H, self.R, self.D
+        v_t = _as_param_tensor("v", v, (H,), self.WV)
+        k_t = _as_param_tensor("k", k, (H, R, D), self.WK)
+        q_t = _as_param_tensor("q", q, (H, R, D), self.WQ)
+        with torch.no_grad():
+            self.WV[:, D, :] = 0.0
+            self.WV[:, D, D] = v_t
+            self.WK[:, :, :D] = k_t
+            self.WK[:, :, D] = 0.0
+            self.WQ[:, :, :D] = q_t
+        return self
+
+    def set_zero_blocks_(self, v_vec, k_scalar) -> SeparateLinearAttention:
+        """Set the vector blocks ``v_i`` (``W^V_i[D, :D]``, shape (H, D)) and the scalars
+        ``k_ir`` (``W^K_i[:, D]``, shape (H, R)); for testing the general forward."""
+        a = _as_param_tensor("v_vec", v_vec, (self.H, self.D), self.WV)
+        b = _as_param_tensor("k_scalar", k_scalar, (self.H, self.R), self.WK)
+        with torch.no_grad():
+            self.WV[:, self.D, :self.D] = a
+            self.WK[:, :, self.D] = b
+        return self
