@@ -59,7 +59,8 @@ def _saddles(Lam, N, D):
 
 # -- (a) fixed points ---------------------------------------------------------------------
 @check("linear_attention.separate.fixed_points",
-       covers=["linear_attention.separate.fixed_point_matrix", "linear_attention.separate.subset_loss"],
+       covers=["linear_attention.separate.fixed_point_matrix", "linear_attention.separate.subset_loss",
+               "linear_attention.separate.ansatz_value_weight"],
        method="exact_flow",
        title="All 2^D fixed points of ATTN_S: zero gradient of eq. 14/83 at weights realising M_S, "
              "and L(M_S) = eq. 63 (non-white Lambda, N = 7)")
@@ -90,7 +91,9 @@ def fixed_points(ctx):
     def rank1_weights(S, H):
         v, k = np.zeros(H), np.zeros((H, 1, D))
         for i, d in enumerate(S):
-            v[i] = (lam[d - 1] / a[d - 1]) ** (1 / 3)
+            # eq. 20a: the minimum-norm head for direction d (v^3 = lambda_d / a_d)
+            v[i] = _cf("linear_attention.separate.ansatz_value_weight", lam=lam[d - 1],
+                       trLambda=float(np.trace(Lam)), N=N)
             k[i, 0] = v[i] * E[:, d - 1]
         return v, k, k.copy()
 
