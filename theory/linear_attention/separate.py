@@ -26,7 +26,7 @@ an eigendecomposition of Lambda (float64) and passed to the emitted functions.
 
 Contains
 --------
-``linear_attention.separate.fixed_point_matrix``, ``.subset_loss``, ``.saddle_loss``,
+``linear_attention.separate.fixed_point_matrix``, ``.fixed_point_gradient``, ``.subset_loss``, ``.saddle_loss``,
 ``.drop_size``, ``.scalar_ode_rhs``, ``.scalar_ode_time``, ``.ansatz_value_weight``,
 ``.pcr_limit_matrix``, ``.escape_time``;
 ``linear_attention.ntp.saddle_loss``.
@@ -107,6 +107,29 @@ def active_root():
 def derive_fixed_point_matrix():
     """M_S = P_S f(Lambda), f the active root: inactive directions have m_d = 0 (eq. 59)."""
     return _sym("P") * merged.derive_converged_matrix()
+
+
+@cache
+def derive_fixed_point_gradient():
+    """G(M_S) = Lambda^2 - E[Lambda_hat^2] M_S Lambda, simplified through its spectral image
+    lambda^2 (1 - p): (I - P_S) Lambda^2 (eq. 60)."""
+    import sympy as sp
+
+    from ..matrices import from_spectral
+
+    lam, _, p = _spectral_syms()
+    img = sp.expand(fixed_point_gradient_image())
+    v = variables()
+    on, off = img.coeff(p, 1), img.coeff(p, 0)
+    return _sym("P") * from_spectral(on, v.Lam, lam) + from_spectral(off, v.Lam, lam)
+
+
+def printed_fixed_point_gradient():
+    """Eq. 60: sum_{d not in S} lambda_d^2 e_d e_d^T = (I - P_S) Lambda^2."""
+    import sympy as sp
+
+    v = variables()
+    return (sp.Identity(v.D) - _sym("P")) * v.Lam**2
 
 
 def fixed_point_gradient_image():
@@ -378,6 +401,22 @@ register(ClosedForm(
     doc="One of the 2^D function-space fixed points; S = {} is the zero point, S = {1..D} the "
         "merged model's global minimum. At M_S the model computes in-context principal component "
         "regression on the directions in S (eq. 22).",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.fixed_point_gradient",
+    title="G(M_S): the gradient matrix at the fixed point of S (zero on the learned directions)",
+    source=f"{PAPER}, eqs. 60-62 (and the exact inactive-head condition, eq. 87)",
+    status="exact",
+    params=(LAMBDA, N_CTX, SUBSET),
+    derive=derive_fixed_point_gradient,
+    printed=printed_fixed_point_gradient,
+    output="matrix",
+    derived=_subset_projector,
+    derived_names=("P",),
+    doc="Active heads need G q = 0 and G^T k = 0, so k, q lie in span{e_d : d in S}; a head with "
+        "v = 0 is stationary exactly when k^T G(M_S) q = 0 (eq. 87), e.g. k = e_3, q = e_4 with "
+        "S = {1, 2}: (C3) as printed for rank one is sufficient, not necessary.",
 ))
 
 register(ClosedForm(

@@ -60,7 +60,7 @@ def _saddles(Lam, N, D):
 # -- (a) fixed points ---------------------------------------------------------------------
 @check("linear_attention.separate.fixed_points",
        covers=["linear_attention.separate.fixed_point_matrix", "linear_attention.separate.subset_loss",
-               "linear_attention.separate.ansatz_value_weight"],
+               "linear_attention.separate.ansatz_value_weight", "linear_attention.separate.fixed_point_gradient"],
        method="exact_flow",
        title="All 2^D fixed points of ATTN_S: zero gradient of eq. 14/83 at weights realising M_S, "
              "and L(M_S) = eq. 63 (non-white Lambda, N = 7)")
@@ -105,7 +105,8 @@ def fixed_points(ctx):
             k[j // 2, j % 2] = np.sqrt(lam[d - 1] / a[d - 1]) * E[:, d - 1]
         return v, k, k.copy()
 
-    worst = {"gradient / tol": 0.0, "|M(weights) - M_S| / tol": 0.0, "|L(M_S) - eq63| / 1e-12": 0.0}
+    worst = {"gradient / tol": 0.0, "|M(weights) - M_S| / tol": 0.0, "|L(M_S) - eq63| / 1e-12": 0.0,
+             "|G(M_S) - eq60| / tol": 0.0}
     n_sub = 0
     for m in range(D + 1):
         for S in itertools.combinations(range(1, D + 1), m):
@@ -119,6 +120,10 @@ def fixed_points(ctx):
                 worst["|M(weights) - M_S| / tol"] = max(
                     worst["|M(weights) - M_S| / tol"],
                     float(np.max(np.abs(M - M_S))) / (100 * D * eps * max(1.0, np.max(np.abs(M_S)))))
+            G_S = mo.L2 - mo.A @ M_S @ Lam                 # the flow's gradient matrix at M_S
+            G60 = np.asarray(_cf("linear_attention.separate.fixed_point_gradient", Lambda=Lam, N=N, S=S))
+            worst["|G(M_S) - eq60| / tol"] = max(worst["|G(M_S) - eq60| / tol"],
+                                                 float(np.max(np.abs(G_S - G60))) / (100 * D * eps * scale_G))
             L_S = float(fs.loss(mo, None, M_S))
             L63 = float(_cf("linear_attention.separate.subset_loss", Lambda=Lam, N=N, S=S))
             worst["|L(M_S) - eq63| / 1e-12"] = max(worst["|L(M_S) - eq63| / 1e-12"],
