@@ -242,6 +242,30 @@ def derive_scalar_ode_rhs():
     return sp.expand(vv**2 * g.xreplace({trace_symbol(1): T}) / tau)
 
 
+@cache
+def derive_ansatz_loss_change():
+    """Loss change when a head k = q = v e_d adds v^3 e_d e_d^T to M on an unlearned direction:
+    l(lambda, v^3) - l(lambda, 0) from the per-direction loss of L(M), a_d eliminating tr(Lambda)."""
+    import sympy as sp
+
+    from ..matrices import trace_symbol
+    from .data import derive_lambda_hat_sq
+
+    lam, m, _ = _spectral_syms()
+    vv, a = _sym("v"), _sym("a")
+    ell = merged.loss_summand()
+    change = sp.expand(ell.xreplace({m: vv**3}) - ell.xreplace({m: 0}))
+    a_of = spectral_image_of(derive_lambda_hat_sq())
+    (T,) = sp.solve(sp.Eq(a_of, a), trace_symbol(1))
+    return sp.expand(change.xreplace({trace_symbol(1): T}))
+
+
+def spectral_image_of(expr):
+    from ..matrices import spectral
+
+    return spectral(expr, variables().Lam, _sym("lam"))
+
+
 def printed_scalar_ode_rhs():
     """Eq. 21: tau dv/dt = lambda^2 v^2 - lambda a v^5 (second form, a = a_{m+1})."""
     lam, vv, a, tau = _sym("lam"), _sym("v"), _sym("a"), _sym("tau")
@@ -475,6 +499,19 @@ register(ClosedForm(
     printed=printed_scalar_ode_rhs,
     doc="dv/dt; exact on the aligned, balanced manifold k_i = q_i = v_i e_sigma(i), approximate "
         "from a random start. Fixed point v* = (lambda/a)^{1/3} (eq. 20a).",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.ansatz_loss_change",
+    title="Loss change along the alignment ansatz as the learning head grows",
+    source=f"{PAPER}, eqs. 20-21 (loss along the ansatz [derived])",
+    status="exact",
+    params=(Param("v", "nonnegative", "Value weight of the learning head (k = q = v e_{m+1})."),
+            positive("lam", "Eigenvalue lambda_{m+1}."),
+            positive("a", "a_{m+1}, eigenvalue of E[Lambda_hat^2] (eq. 32).")),
+    derive=derive_ansatz_loss_change,
+    doc="L(t) = L(M_m) - 2 lambda^2 v^3 + lambda a v^6; at v = v* it equals the drop "
+        "-lambda^3/a, reaching L(M_{m+1}).",
 ))
 
 register(ClosedForm(
