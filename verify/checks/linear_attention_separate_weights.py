@@ -1,0 +1,176 @@
+"""Minimal-norm weights learned by separate key/query linear attention ATTN_S (Zhang, Singh,
+Latham, Saxe 2025, §4.3 eq. 20a, App. E.7 eqs. 77-82).
+
+From a small initialisation the exact gradient flow (eqs. 14, 83) ends at a global minimum
+``sum_i v_i k_i q_i^T = M*`` whose weights are the minimal-l2-norm factorisation of App. E.7:
+one head per eigen-direction with ``k_i = q_i = v_i e_d``, ``|v_i| = v*_d = (lambda_d/a_d)^{1/3}``
+(eq. 20a = eq. 81 with mu_d = lambda_d / a_d), cost ``3 sum_d (v*_d)^2``. The start leaves
+an O(w_init^2) trace: the conserved imbalances of eq. 82 (``|k|^2 - |q|^2``, ``|k|^2 - v^2``)
+are O(w_init^2), the unused head keeps an O(w_init) weight, and the learned heads keep
+O(w_init) components off their direction (1 - cos = O(w_init^2)). The leading-order flow near
+the origin is homogeneous (the weights enter G only through the cubic M), so scaling one
+normalised draw by w_init scales these traces by w_init^2: the deviations at two scales have
+ratio 100 up to a relative O(w_init / v*) correction.
+
+Contains
+--------
+``linear_attention.separate.min_norm_weights``  H = 5, D = 4, eq.-36 draw scaled to
+                                                w_init = 1e-4, 1e-5: deviations scale as w_init^2
+                                                (at 1e-2 some draws are not yet in that regime)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import theory
+from verify.check import Control, Outcome, check
+from verify.flows import separate as fs
+from verify.tasks.in_context_regression import random_covariance
+
+#: Fig.-1 spectrum and context length.
+SPECTRUM = (0.4, 0.3, 0.2, 0.1)
+N_FIG = 31
+TAU = 1.0
+RTOL = 1e-10
+H_HEADS = 5
+W_SCALES = (1e-4, 1e-5)
+#: allowed |log10(deviation ratio) - 2|: a relative next-order term K w_init / v* (v* >= 1.3);
+#: 0.05 admits K up to ~15 at w_init = 1e-2 and far more at the scales used here (an estimate,
+#: not a derived bound; the escape-time analogue has K = 1.25)
+LOG_TOL = 0.05
+#: flow end: 20 escape scales tau / (lambda_D^2 w_init) of the slowest direction (eq. 71)
+T_ESCAPES = 20.0
+
+
+def _vstar(lam, N):
+    cf = theory.get("linear_attention.separate.ansatz_value_weight")
+    return np.array([float(cf(lam=x, trLambda=float(np.sum(lam)), N=N)) for x in lam])
+
+
+def deviations(v, k, q, E, v_star):
+    """Deviations of final rank-one weights from the minimal-norm factorisation (eqs. 80, 81).
+
+    Parameters
+    ----------
+    v : ndarray (H,)
+    k, q : ndarray (H, D)
+    E : ndarray (D, D)
+        Eigenvectors (columns, descending eigenvalues).
+    v_star : ndarray (D,)
+        ``(lambda_d / a_d)^{1/3}``.
+
+    Returns
+    -------
+    dict with ``heads`` (head of each direction, by the largest ``|v (e.k)(e.q)|``),
+    ``weights`` (max over d of ``| |v|, ||k||, ||q|| - v*_d |``), ``norm_excess``
+    (``sum v^2 + |k|^2 + |q|^2 - 3 sum v*^2``), ``misalignment`` (max ``1 - |cos|`` of k and q
+    with ``e_d``), ``off_head`` (largest ``|v (e_d.k)(e_d.q)|`` of the other heads).
+    """
+    v, k, q = (np.asarray(x, dtype=np.float64) for x in (v, k, q))
+    v_star = np.asarray(v_star, dtype=np.float64)
+    if k.ndim != 2 or k.shape != q.shape or v.shape != (k.shape[0],):
+        raise ValueError(f"k: expected (H, D) with q of the same shape and v (H,), got {k.shape}, {q.shape}, {v.shape}")
+    D = k.shape[1]
+    if E.shape != (D, D) or v_star.shape != (D,):
+        raise ValueError(f"E: expected ({D}, {D}) and v_star ({D},), got {E.shape}, {v_star.shape}")
+    c = v[:, None] * (k @ E) * (q @ E)
+    heads = np.argmax(np.abs(c), axis=0)
+    nk, nq = np.linalg.norm(k, axis=1), np.linalg.norm(q, axis=1)
+    w_dev, mis, off = 0.0, 0.0, 0.0
+    for d, i in enumerate(heads):
+        w_dev = max(w_dev, abs(abs(v[i]) - v_star[d]), abs(nk[i] - v_star[d]), abs(nq[i] - v_star[d]))
+        mis = max(mis, 1 - abs(k[i] @ E[:, d]) / nk[i], 1 - abs(q[i] @ E[:, d]) / nq[i])
+        off = max(off, float(np.max(np.abs(np.delete(c[:, d], i)))))
+    excess = float(np.sum(v**2) + np.sum(k**2) + np.sum(q**2) - 3 * np.sum(v_star**2))
+    return {"heads": heads.tolist(), "distinct": len(set(heads.tolist())) == D, "weights": float(w_dev),
+            "norm_excess": excess, "misalignment": float(mis), "off_head": off}
+
+
+def rotated_pair(v, k, q, i, j, angle):
+    """Balanced non-minimal factorisation: ``v_i^{3/2} k_i/|k_i|``, ``v_j^{3/2} ...`` rotated
+    by ``angle`` in their span; each head set to ``k = q = u xi``, ``v = u = |b|^{2/3}``.
+    Keeps ``v_i k_i q_i^T + v_j k_j q_j^T`` when ``k = q`` per head and ``v > 0``."""
+    v, k, q = v.copy(), k.copy(), q.copy()
+    B = np.stack([np.sign(v[h]) * abs(v[h]) ** 1.5 * k[h] / np.linalg.norm(k[h]) for h in (i, j)], axis=1)
+    c, s = np.cos(angle), np.sin(angle)
+    B = B @ np.array([[c, -s], [s, c]])
+    for col, h in enumerate((i, j)):
+        nb = np.linalg.norm(B[:, col])
+        u = nb ** (2 / 3)
+        v[h], k[h], q[h] = u, u * B[:, col] / nb, u * B[:, col] / nb
+    return v, k, q
+
+
+@check("linear_attention.separate.min_norm_weights",
+       covers=["linear_attention.separate.ansatz_value_weight"],
+       method="exact_flow",
+       title="Weights learned from small init are the minimal-norm factorisation of M* (eqs. 20a, 80-81): "
+             "deviations scale as w_init^2 (H = 5, D = 4, Fig.-1 spectrum, N = 31)")
+def min_norm_weights(ctx):
+    rng = ctx.rng
+    Lam = random_covariance(rng, SPECTRUM)
+    mo = fs.moments(Lam, N_FIG)
+    lam, E = fs.eigenbasis(mo)
+    D = lam.size
+    v_star = _vstar(lam, N_FIG)
+    v1, k1, q1 = fs.init_separate(rng, H_HEADS, 1, D, 1.0)     # one normalised draw (eq. 36)
+    res, finals = [], []
+    for w in W_SCALES:
+        T = T_ESCAPES * TAU / (lam[-1] ** 2 * w)
+        r = fs.integrate(mo, None, w * v1, w * k1, w * q1, tau=TAU, t_eval=np.array([0.0, T]),
+                         rtol=RTOL, method="LSODA")
+        v, k, q = r.v[-1], r.k[-1][:, 0], r.q[-1][:, 0]
+        G = mo.L2 - mo.A @ r.M[-1] @ mo.Lambda
+        dv = deviations(v, k, q, E, v_star)
+        dv["max|G|"] = float(np.max(np.abs(G)))
+        res.append(dv)
+        finals.append((v, k, q))
+    keys = ("weights", "norm_excess", "misalignment")
+    big, small = res
+    ratio = {key: big[key] / small[key] if small[key] > 0 else np.inf for key in keys}
+    logdev = {key: abs(np.log10(ratio[key]) - 2) if np.isfinite(ratio[key]) and ratio[key] > 0 else np.inf
+              for key in keys}
+    C = {key: big[key] / W_SCALES[0] ** 2 for key in keys}
+    bound_small = {key: C[key] * W_SCALES[1] ** 2 for key in keys}
+    same_heads = big["heads"] == small["heads"] and big["distinct"] and small["distinct"]
+    disc = max(logdev.values()) / LOG_TOL
+    # negative controls at the smaller scale, against the bound C w^2 (C from the larger scale)
+    v, k, q = finals[1]
+    h = small["heads"]
+    limit = bound_small["norm_excess"] * 10 ** LOG_TOL
+    vr, kr, qr = rotated_pair(v, k, q, h[0], h[1], np.pi / 4)
+    M0 = fs.effective_matrix(v, k[:, None], q[:, None])
+    M_rot = fs.effective_matrix(vr, kr[:, None], qr[:, None])
+    ex_rot = deviations(vr, kr, qr, E, v_star)["norm_excess"]
+    vu, ku, qu = v.copy(), k.copy(), q.copy()
+    vu[h[0]] *= 2
+    ku[h[0]] /= np.sqrt(2)
+    qu[h[0]] /= np.sqrt(2)
+    ex_unb = deviations(vu, ku, qu, E, v_star)["norm_excess"]
+    lin = min(abs(np.log10(ratio[key]) - 1) for key in keys) / LOG_TOL
+    return Outcome(
+        measured={"ratio deviation(larger w) / deviation(smaller w)": ratio,
+                  "larger w_init": big, "smaller w_init": small},
+        predicted={"ratio": 100.0, "v_star": v_star.tolist(), "min-norm cost 3 sum v*^2": float(3 * np.sum(v_star**2))},
+        discrepancy=float(disc), tolerance=1.0,
+        passed=bool(disc <= 1.0 and same_heads),
+        criterion=f"same eq.-36 draw scaled to w_init = {W_SCALES[0]:g}, {W_SCALES[1]:g}, flow to "
+                  "t = 20 tau/(lambda_D^2 w_init) "
+                  "(LSODA rtol 1e-10): each direction learned by one distinct head (same heads at both "
+                  "scales), and each deviation (i) max | |v|, |k|, |q| - v*_d | (eq. 20a), (ii) norm - "
+                  "3 sum v*^2 (eq. 81), (iii) 1 - |cos(k, e_d)| has |log10(ratio) - 2| <= "
+                  f"{LOG_TOL}, i.e. equals C w_init^2 at the smaller scale with C measured at the larger "
+                  "within 12 %: the "
+                  "eq.-82 imbalances and the off-direction residues are O(w_init^2) with a relative "
+                  "next-order term O(w_init / v*) (allowed K <= ~15)",
+        controls=[Control("balanced non-minimal factorisation (two heads rotated by pi/4 in their span, "
+                          "same M): norm excess / (C w^2 * 10^tol)", ex_rot / limit, 1.0),
+                  Control("unbalanced head (v -> 2v, k, q -> /sqrt2, same M): norm excess / (C w^2 * 10^tol)",
+                          ex_unb / limit, 1.0),
+                  Control("w_init^1 scaling (ratio 10): min |log10 ratio - 1| / tol", float(lin), 1.0)],
+        details={"C = deviation / w^2 at the larger w_init": C, "bound C w^2 at the smaller w_init": bound_small,
+                 "rotated pair keeps M (max abs diff)": float(np.max(np.abs(M_rot - M0))),
+                 "excess rotated": ex_rot, "excess unbalanced": ex_unb, "lambda": lam.tolist(),
+                 "H": H_HEADS, "w_init": list(W_SCALES)},
+    )
