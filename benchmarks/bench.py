@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench.py            # a table
     .venv/bin/python benchmarks/bench.py --json     # the same numbers as JSON
+    .venv/bin/python benchmarks/bench.py --fig4-ranks 1,2,4,8   # all Fig.-4 ranks (minutes)
 
 Measures
 
@@ -16,7 +17,19 @@ Measures
    of time vs D (the reduced D x D form costs O(H D^2 + D^3): the exponent must be <= 3);
 4. Monte Carlo throughput of the ``E[z z^T]`` estimator (samples per second);
 5. torch training steps per second of the merged attention layer, when
-   :func:`verify.models.linear_attention.benchmark_steps` is available.
+   :func:`verify.models.linear_attention.benchmark_steps` is available;
+6. the cost of reproducing the Fig.-4 loss trajectories of the separate key/query model
+   (§4-5; ``D = 8``, ``N = 31``, ``H = 9``, ``lambda_d`` proportional to ``1/d`` with trace 1,
+   random eigenvectors, eq.-36 start at ``w_init = 0.02``, as in the full profile of
+   ``linear_attention.separate.torch_training``) in two ways: the exact expected-loss flow
+   (:func:`verify.flows.separate.integrate`, LSODA, ``rtol = 1e-10``) from ``t = 0`` to the
+   last drop (the first crossing of the midpoint between ``L(M_{D-1})`` and ``L(M_D)``, eq.
+   19), timed; and torch online SGD of :class:`verify.models.linear_attention_separate.
+   SeparateLinearAttention` (:func:`verify.models.linear_attention.train_online_sgd`,
+   ``eta = 0.5``, batch 4000, one thread), whose steps per second over a short run are
+   projected to the ``t_last / (2 eta)`` steps needed to reach the same ``t / tau``. Rank 1 by
+   default; ``--fig4-ranks 1,2,4,8`` adds the other panels (``--fig4-ranks`` alone means
+   those four).
 """
 
 from __future__ import annotations
@@ -45,6 +58,9 @@ RECORDS = {
 }
 RHS_DIMS = (8, 16, 32, 64, 128)
 RHS_HEADS = 8
+#: Fig.-4 setting (the full profile of ``linear_attention.separate.torch_training``).
+FIG4 = {"D": 8, "N": 31, "H": 9, "w_init": 2e-2, "eta": 0.5, "batch": 4000}
+FIG4_ALL_RANKS = (1, 2, 4, 8)
 
 
 def _fresh(code: str) -> dict:
@@ -111,7 +127,7 @@ def bench_rhs() -> dict:
         lam = np.linspace(1.0, 0.1, D)
         f = fm.rhs(fm.moments(lam, 31), None, 1.0)
         y = rng.normal(size=RHS_HEADS * (1 + D * D)) / D
-        times[D] = _time_call(lambda: f(0.0, y))
+        times[D] = _time_call(lambda f=f, y=y: f(0.0, y))
     dims = np.array(RHS_DIMS, dtype=float)
     sec = np.array([times[D] for D in RHS_DIMS])
     slope_all = float(np.polyfit(np.log(dims), np.log(sec), 1)[0])
@@ -131,7 +147,7 @@ def bench_rhs_separate() -> dict:
         lam = np.linspace(1.0, 0.1, D)
         f = fs.rhs(lam, 31, D, 1, 1.0)
         y = rng.normal(size=D * (1 + 2 * D)) / D
-        times[D] = _time_call(lambda: f(0.0, y))
+        times[D] = _time_call(lambda f=f, y=y: f(0.0, y))
     dims = np.array(RHS_DIMS, dtype=float)
     sec = np.array([times[D] for D in RHS_DIMS])
     slope = float(np.polyfit(np.log(dims), np.log(sec), 1)[0])
@@ -182,11 +198,115 @@ def bench_torch() -> dict | None:
     return out
 
 
+def _fig4_last_drop(Lam, N, v0, k0, q0, levels, horizon: float = 1e5, grow: float = 10.0,
+                    max_horizon: float = 1e9) -> tuple[float, float]:
+    """Last drop time of the exact flow, found by integrating over a growing horizon.
+
+    Returns ``(t_last, seconds spent searching)``; the drop time is refined on the dense
+    output (:func:`verify.flows.separate.first_crossing` with ``brentq``).
+    """
+    from verify.flows import separate as fs
+
+    t0 = time.perf_counter()
+    while True:
+        grid = np.concatenate([[0.0], np.geomspace(1.0, horizon, 2000)])
+        flow = fs.integrate(Lam, N, v0, k0, q0, t_eval=grid, method="LSODA", rtol=1e-10,
+                            dense=True)
+        t_last = fs.plateaus(flow.t, flow.loss, levels, func=flow.loss_at).drop_times[-1]
+        if np.isfinite(t_last) or horizon >= max_horizon:
+            return float(t_last), time.perf_counter() - t0
+        horizon *= grow
+
+
+def bench_fig4(ranks=(1,), seed: int = 0, steps: int = 200, batch: int = FIG4["batch"],
+               torch_too: bool = True, device: str = "cpu") -> dict:
+    """Exact flow vs torch online SGD for the Fig.-4 trajectories (separate model, rank R).
+
+    For each rank: one eq.-36 draw (:func:`verify.flows.separate.init_separate`); the last
+    drop time ``t_last`` of the exact flow (searched over a growing horizon, not timed); the
+    timed integration from 0 to ``1.001 t_last`` (2001 output times, geometric); torch steps per
+    second from the same start (5 warm-up steps, then ``steps`` timed steps, population loss
+    logged every 20 steps as in the full profile); the projected torch time
+    ``ceil(t_last / (2 eta)) / (steps/s)`` and its ratio to the flow's time.
+    """
+    import theory
+    from verify.flows import separate as fs
+    from verify.tasks.in_context_regression import random_covariance
+
+    D, N, H, w_init, eta = FIG4["D"], FIG4["N"], FIG4["H"], FIG4["w_init"], FIG4["eta"]
+    rng = np.random.default_rng(seed)
+    eig = 1.0 / np.arange(1, D + 1)
+    eig = eig / eig.sum()
+    Lam = random_covariance(rng, eig)
+    saddle = theory.get("linear_attention.separate.saddle_loss")
+    levels = np.array([float(saddle(Lambda=Lam, N=N, m=m)) for m in range(D + 1)])
+    out = {"D": D, "N": N, "H": H, "w_init": w_init, "eta": eta, "batch": batch,
+           "torch_steps_timed": steps, "seed": seed, "device": device, "per_rank": {}}
+    for R in ranks:
+        v0, k0, q0 = fs.init_separate(rng, H, R, D, w_init)
+        t_last, search_s = _fig4_last_drop(Lam, N, v0, k0, q0, levels)
+        r = {"t_last": t_last, "search_seconds": search_s}
+        if np.isfinite(t_last):
+            # 0.1 % past the drop, so the last mid-level crossing is inside the record
+            grid = np.concatenate([[0.0], np.geomspace(1.0, 1.001 * t_last, 2000)])
+            t0 = time.perf_counter()
+            flow = fs.integrate(Lam, N, v0, k0, q0, t_eval=grid, method="LSODA", rtol=1e-10)
+            r["flow_seconds"] = time.perf_counter() - t0
+            r["flow_nfev"] = flow.nfev
+            r["flow_drops"] = int(np.sum(np.isfinite(fs.plateaus(flow.t, flow.loss,
+                                                                 levels).drop_times)))
+            r["torch_steps_needed"] = int(np.ceil(t_last / (2.0 * eta)))
+        if torch_too:
+            import torch
+
+            from verify.models.linear_attention import train_online_sgd
+            from verify.models.linear_attention_separate import SeparateLinearAttention
+
+            gen = torch.Generator(device=device)
+            gen.manual_seed(seed)
+            att = SeparateLinearAttention(D, H, R, N, device=device).init_(gen, w_init)
+            att.load_(v0, k0, q0)
+            kw = {"eta": eta, "batch": batch, "generator": gen, "device": device, "log_every": 20}
+            train_online_sgd(att, Lam, N, steps=5, **kw)          # warm-up
+            run = train_online_sgd(att, Lam, N, steps=steps, **kw)
+            r["torch_steps_per_second"] = steps / run.seconds
+            if "torch_steps_needed" in r:
+                r["torch_projected_seconds"] = r["torch_steps_needed"] / r["torch_steps_per_second"]
+                r["ratio_torch_over_flow"] = r["torch_projected_seconds"] / r["flow_seconds"]
+        out["per_rank"][str(R)] = r
+    return out
+
+
+def _parse_ranks(text: str) -> tuple[int, ...]:
+    try:
+        ranks = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ranks, got {text!r}") from None
+    if not ranks or any(R < 1 or R > FIG4["D"] for R in ranks):
+        raise argparse.ArgumentTypeError(f"ranks must be in 1..{FIG4['D']}, got {text!r}")
+    return ranks
+
+
+def _duration(sec: float) -> str:
+    return f"{sec:.3g} s" if sec < 600 else f"{sec:.3g} s ({sec / 3600:.2g} h)"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/bench.py", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--repeat", type=int, default=3, help="fresh interpreters for the import time")
     parser.add_argument("--skip-torch", action="store_true", help="do not time torch training")
+    parser.add_argument("--skip-fig4", action="store_true",
+                        help="skip the Fig.-4 exact-flow vs torch comparison")
+    parser.add_argument("--fig4-ranks", type=_parse_ranks, nargs="?", default=(1,),
+                        const=FIG4_ALL_RANKS, metavar="R[,R...]",
+                        help="ranks for the Fig.-4 comparison (default 1; the flag alone: 1,2,4,8)")
+    parser.add_argument("--fig4-steps", type=int, default=200,
+                        help="timed torch steps per rank for the Fig.-4 comparison")
+    parser.add_argument("--fig4-batch", type=int, default=FIG4["batch"],
+                        help="torch batch for the Fig.-4 comparison (default: the full profile's)")
+    parser.add_argument("--fig4-seed", type=int, default=0, help="seed of the Fig.-4 draw")
+    parser.add_argument("--device", default="cpu", help="torch device for the Fig.-4 comparison")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="BLAS threads for the numpy timings (default 1: algorithmic scaling, "
                              "not the thread pool's behaviour on a shared machine)")
@@ -195,6 +315,8 @@ def main(argv=None) -> int:
         parser.error("--repeat: must be >= 1")
     if args.blas_threads < 1:
         parser.error("--blas-threads: must be >= 1")
+    if args.fig4_steps < 1 or args.fig4_batch < 1:
+        parser.error("--fig4-steps, --fig4-batch: must be >= 1")
     if "numpy" in sys.modules:
         print("warning: numpy already imported; --blas-threads has no effect", file=sys.stderr)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -211,6 +333,9 @@ def main(argv=None) -> int:
         "flow_rhs_separate": bench_rhs_separate(),
         "monte_carlo_zz": bench_mc(),
         "torch_steps_per_second": None if args.skip_torch else bench_torch(),
+        "fig4": None if args.skip_fig4 else bench_fig4(
+            args.fig4_ranks, seed=args.fig4_seed, steps=args.fig4_steps, batch=args.fig4_batch,
+            torch_too=not args.skip_torch, device=args.device),
     }
     if args.json:
         print(json.dumps(res, indent=2))
@@ -244,6 +369,26 @@ def main(argv=None) -> int:
     else:
         for k, v in ts.items():
             rows.append((f"torch SGD steps/s ({k})", f"{v:.1f}"))
+    f4 = res["fig4"]
+    if f4 is not None:
+        head = f"Fig. 4 (D={f4['D']}, N={f4['N']}, H={f4['H']}, w_init={f4['w_init']:g})"
+        for R, r in f4["per_rank"].items():
+            if not np.isfinite(r["t_last"]):
+                rows.append((f"{head}, R={R}: exact flow", "last drop not reached"))
+                continue
+            name = f"{head}, R={R}: exact flow to last drop t/tau={r['t_last']:.4g} (LSODA, rtol 1e-10)"
+            value = f"{r['flow_seconds']:.3g} s ({r['flow_nfev']} rhs calls, {r['flow_drops']} drops)"
+            rows.append((name, value))
+            if "torch_steps_per_second" not in r:
+                continue
+            name = (f"{head}, R={R}: torch online SGD steps/s (batch {f4['batch']}, {f4['device']}, "
+                    f"{f4['torch_steps_timed']} steps)")
+            rows.append((name, f"{r['torch_steps_per_second']:.1f}"))
+            name = (f"{head}, R={R}: torch projected to the same t/tau "
+                    f"({r['torch_steps_needed']} steps, eta={f4['eta']:g})")
+            rows.append((name, _duration(r["torch_projected_seconds"])))
+            rows.append((f"{head}, R={R}: speed ratio torch / exact flow",
+                         f"{r['ratio_torch_over_flow']:.3g}x"))
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
