@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "docs" / "notebooks").glob("*.py"))
+NOTEBOOKS = sorted(p for p in (ROOT / "docs" / "notebooks").glob("*.py") if not p.name.startswith("_"))
 #: Seconds one notebook may take (each is written to finish in about a minute).
 TIMEOUT = 300
 

@@ -35,7 +35,6 @@
 # %%
 import time
 
-import matplotlib
 import numpy as np
 import sympy as sp
 
@@ -45,44 +44,10 @@ from theory.linear_attention import separate
 from theory.symbols import sym
 
 
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return get_ipython() is not None
-
-
-IN_NOTEBOOK = _in_notebook()
-if not IN_NOTEBOOK:
-    matplotlib.use("Agg")  # run as a script: draw off-screen, show nothing
+from _helpers import claim, record, show  # noqa: E402  (shared notebook helpers)
 import matplotlib.pyplot as plt  # noqa: E402
 
 T_START = time.perf_counter()
-
-
-def show(label: str, expr, tex: str | None = None) -> None:
-    """Typeset ``expr`` in Jupyter; print ``label = expr`` when run as a script."""
-    if IN_NOTEBOOK:
-        from IPython.display import Math, display
-
-        display(Math(f"{tex or label} = {sp.latex(expr)}"))
-    else:
-        print(f"{label} = {expr}")
-
-
-def claim(statement: str, holds) -> None:
-    """Print a verified statement; stop the notebook if it does not hold."""
-    holds = bool(holds)
-    print(f"[{'ok' if holds else 'FAILED'}] {statement}")
-    assert holds, statement
-
-
-def record(id: str):
-    """A registered closed form, with its source and status printed."""
-    cf = theory.get(id)
-    print(f"{cf.id}: {cf.source} [{cf.status}]")
-    return cf
 
 
 # %% [markdown]

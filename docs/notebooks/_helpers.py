@@ -1,0 +1,51 @@
+"""Helpers shared by the derivation notebooks (not a notebook itself).
+
+``show`` typesets an expression in Jupyter and prints it when a notebook runs as a script;
+``claim`` prints a verified statement and stops the run when it does not hold; ``record``
+fetches a registered closed form and prints its source. Importing this module selects the
+Agg backend when not inside Jupyter, so scripts draw off-screen.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+import sympy as sp
+
+import theory
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+IN_NOTEBOOK = _in_notebook()
+if not IN_NOTEBOOK:
+    matplotlib.use("Agg")  # run as a script: draw off-screen, show nothing
+
+
+def show(label: str, expr, tex: str | None = None) -> None:
+    """Typeset ``expr`` in Jupyter; print ``label = expr`` when run as a script."""
+    if IN_NOTEBOOK:
+        from IPython.display import Math, display
+
+        display(Math(f"{tex or label} = {sp.latex(expr)}"))
+    else:
+        print(f"{label} = {expr}")
+
+
+def claim(statement: str, holds) -> None:
+    """Print a verified statement; stop the notebook if it does not hold."""
+    holds = bool(holds)
+    print(f"[{'ok' if holds else 'FAILED'}] {statement}")
+    assert holds, statement
+
+
+def record(id: str):
+    """A registered closed form, with its source and status printed."""
+    cf = theory.get(id)
+    print(f"{cf.id}: {cf.source} [{cf.status}]")
+    return cf
