@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtri
 
-__all__ = ["FALSE_ALARM", "MeanEstimate", "batch_mean", "z_threshold", "max_abs_z", "rel_frobenius"]
+__all__ = ["FALSE_ALARM", "MeanEstimate", "batch_mean", "z_threshold", "max_abs_z", "rel_frobenius",
+           "rel_max"]
 
 #: Family-wise false-alarm probability of one Monte Carlo check (per check, per run).
 FALSE_ALARM = 1e-6
@@ -90,3 +91,9 @@ def rel_frobenius(a, b) -> float:
     """||a - b||_F / ||b||_F."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def rel_max(a, b) -> float:
+    """max |a - b| / max |b| (entrywise), with |b| floored at 1e-300."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))

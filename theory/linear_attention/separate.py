@@ -230,40 +230,34 @@ def derive_scalar_ode_rhs():
     a_d = eigenvalue of E[Lambda_hat^2] eliminates tr(Lambda) and N."""
     import sympy as sp
 
+    from ..matrices import spectral
+
+    lam, _, _ = _spectral_syms()
+    vv, tau = _sym("v"), _sym("tau")
+    g = spectral(merged.derive_gradient(), variables().Lam, lam, {_sym("M"): vv**3})
+    return sp.expand(_in_terms_of_a(vv**2 * g) / tau)
+
+
+def _in_terms_of_a(expr):
+    """Eliminate tr(Lambda) for the symbol a = a_d, the eigenvalue of E[Lambda_hat^2] (eq. 32)."""
+    import sympy as sp
+
     from ..matrices import spectral, trace_symbol
     from .data import derive_lambda_hat_sq
 
-    lam, _, _ = _spectral_syms()
-    vv, a, tau = _sym("v"), _sym("a"), _sym("tau")
-    v = variables()
-    g = spectral(merged.derive_gradient(), v.Lam, lam, {_sym("M"): vv**3})
-    a_of = spectral(derive_lambda_hat_sq(), v.Lam, lam)
-    (T,) = sp.solve(sp.Eq(a_of, a), trace_symbol(1))
-    return sp.expand(vv**2 * g.xreplace({trace_symbol(1): T}) / tau)
+    a_of = spectral(derive_lambda_hat_sq(), variables().Lam, _sym("lam"))
+    (T,) = sp.solve(sp.Eq(a_of, _sym("a")), trace_symbol(1))
+    return sp.expand(expr.xreplace({trace_symbol(1): T}))
 
 
 @cache
 def derive_ansatz_loss_change():
     """Loss change when a head k = q = v e_d adds v^3 e_d e_d^T to M on an unlearned direction:
     l(lambda, v^3) - l(lambda, 0) from the per-direction loss of L(M), a_d eliminating tr(Lambda)."""
-    import sympy as sp
-
-    from ..matrices import trace_symbol
-    from .data import derive_lambda_hat_sq
-
-    lam, m, _ = _spectral_syms()
-    vv, a = _sym("v"), _sym("a")
+    _, m, _ = _spectral_syms()
+    vv = _sym("v")
     ell = merged.loss_summand()
-    change = sp.expand(ell.xreplace({m: vv**3}) - ell.xreplace({m: 0}))
-    a_of = spectral_image_of(derive_lambda_hat_sq())
-    (T,) = sp.solve(sp.Eq(a_of, a), trace_symbol(1))
-    return sp.expand(change.xreplace({trace_symbol(1): T}))
-
-
-def spectral_image_of(expr):
-    from ..matrices import spectral
-
-    return spectral(expr, variables().Lam, _sym("lam"))
+    return _in_terms_of_a(ell.xreplace({m: vv**3}) - ell.xreplace({m: 0}))
 
 
 def printed_scalar_ode_rhs():

@@ -24,6 +24,7 @@ import numpy as np
 
 import theory
 from verify.check import Control, Outcome, check
+from verify.stats import rel_max
 
 #: Round-off tolerance of the forward identities (relative to the largest |yhat|).
 ROUNDOFF_RTOL = 1e-12
@@ -43,9 +44,6 @@ def _cf(id: str, **kwargs):
     return theory.get(id)(**kwargs)
 
 
-def _rel_max(a, b) -> float:
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
 def _downsample(t, y, n: int = 600):
@@ -121,16 +119,16 @@ def torch_forward_identity(ctx):
     beta = np.einsum("bdn,bn->bd", x, y) / N
     eq_s = np.einsum("bi,ij,bj->b", beta, M, x_q)
     errors = {
-        "attention (full forward) vs eq. S": _rel_max(full, eq_s),
-        "attention predict() vs eq. S": _rel_max(pred, eq_s),
-        "effective_matrix() vs sum v_i k_ir q_ir^T": _rel_max(M_t, M),
-        "full forward, zero blocks random, vs numpy layer": _rel_max(
+        "attention (full forward) vs eq. S": rel_max(full, eq_s),
+        "attention predict() vs eq. S": rel_max(pred, eq_s),
+        "effective_matrix() vs sum v_i k_ir q_ir^T": rel_max(M_t, M),
+        "full forward, zero blocks random, vs numpy layer": rel_max(
             general, _numpy_attention(Xn, WVg, WKg, WQg, N)),
     }
     controls = [
-        Control("rho = N + 1 (query counted as context)", _rel_max(rho1_pred, eq_s), ROUNDOFF_RTOL),
+        Control("rho = N + 1 (query counted as context)", rel_max(rho1_pred, eq_s), ROUNDOFF_RTOL),
         Control("effective matrix transposed (beta^T M^T x_q)",
-                _rel_max(full, np.einsum("bi,ji,bj->b", beta, M, x_q)), ROUNDOFF_RTOL),
+                rel_max(full, np.einsum("bi,ji,bj->b", beta, M, x_q)), ROUNDOFF_RTOL),
     ]
     worst = max(errors.values())
     return Outcome(

@@ -19,6 +19,7 @@ import theory
 from theory.compare import equal
 
 from ..check import Control, Outcome, check
+from ..stats import rel_max
 
 TOPIC = "linear_attention."
 
@@ -43,7 +44,7 @@ def symbolic_printed_forms(ctx):
         if r.erratum:
             # negative control: the printed form of an erratum must differ, symbolically and in value
             values = _sample_params(r, ctx.rng)
-            gap = _rel(r(**values, printed=True), r(**values))
+            gap = rel_max(r(**values, printed=True), r(**values))
             controls.append(Control(f"{r.id}: printed form (erratum) differs", 0.0 if same else gap, 1e-6))
         elif same:
             agreed.append(r.id)
@@ -101,10 +102,6 @@ def _draw(r, rng):
     return out
 
 
-def _rel(a, b) -> float:
-    a = np.asarray(a, dtype=float)
-    b = np.asarray(b, dtype=float)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
 def _mp_to_float(v):
@@ -128,7 +125,7 @@ def high_precision(ctx):
             vals = _sample_params(r, ctx.rng)
             with mpmath.workdps(50):
                 ref = _mp_to_float(r("mpmath", **vals))
-            errs.append(_rel(r(**vals), ref))
+            errs.append(rel_max(r(**vals), ref))
         per_id[r.id] = max(errs)
         worst = max(worst, per_id[r.id])
     # negative control: the same comparison with one parameter nudged by 1e-6 relative
@@ -137,7 +134,7 @@ def high_precision(ctx):
     with mpmath.workdps(50):
         ref = _mp_to_float(r("mpmath", **vals))
     nudged = dict(vals, Lambda=vals["Lambda"] * (1 + 1e-6))
-    ctrl.append(Control("global_min_loss with Lambda scaled by 1 + 1e-6", _rel(r(**nudged), ref), tol))
+    ctrl.append(Control("global_min_loss with Lambda scaled by 1 + 1e-6", rel_max(r(**nudged), ref), tol))
     return Outcome(
         measured=worst, predicted=0.0, discrepancy=worst, tolerance=tol,
         criterion=f"max relative |numpy - mpmath(50 digits)| over {points} random points per record; "

@@ -23,7 +23,7 @@ import numpy as np
 
 import theory
 from verify.check import Control, Outcome, check
-from verify.stats import z_threshold
+from verify.stats import rel_max, z_threshold
 
 #: Spectrum of the Fig.-1 covariance (the paper does not print it; the authors' public code
 #: uses it with random eigenvectors), used by the full training profile.
@@ -38,9 +38,6 @@ def _cf(id: str, **kwargs):
     return theory.get(id)(**kwargs)
 
 
-def _rel_max(a, b) -> float:
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
 # =====================================================================================
@@ -85,8 +82,11 @@ def torch_forward_identity(ctx):
     """
     import torch
 
-    from verify.models.linear_attention import (CubicFeatureMLP, MergedLinearAttention,
-                                                sample_tokens)
+    from verify.models.linear_attention import (
+        CubicFeatureMLP,
+        MergedLinearAttention,
+        sample_tokens,
+    )
     from verify.tasks.in_context_regression import random_covariance
 
     D, H, N, B = ctx.pick(quick=(4, 3, 7, 256), full=(6, 8, 31, 4096))
@@ -132,25 +132,25 @@ def torch_forward_identity(ctx):
     Lhat = np.einsum("bdn,ben->bde", x, x) / N
 
     errors = {
-        "attention (full forward) vs eq. M": _rel_max(full, eq_m),
-        "attention predict() vs eq. M": _rel_max(pred, eq_m),
-        "MLP(z), column-major vec, vs eq. M": _rel_max(mlp, eq_m),
-        "effective_matrix() vs sum_i v_i U_i": _rel_max(M_t, np.einsum("h,hij->ij", v, U)),
-        "attention with v_i, u_i != 0 (full forward) vs D.1": _rel_max(full_g, r9),
-        "attention with v_i, u_i != 0 (predict) vs D.1": _rel_max(pred_g, r9),
-        "beta vs Lhat w (eq. 29)": _rel_max(beta, np.einsum("bde,be->bd", Lhat, wn)),
-        "(1/N) sum y_n^2 vs w^T Lhat w (eq. 28)": _rel_max((y ** 2).mean(-1),
+        "attention (full forward) vs eq. M": rel_max(full, eq_m),
+        "attention predict() vs eq. M": rel_max(pred, eq_m),
+        "MLP(z), column-major vec, vs eq. M": rel_max(mlp, eq_m),
+        "effective_matrix() vs sum_i v_i U_i": rel_max(M_t, np.einsum("h,hij->ij", v, U)),
+        "attention with v_i, u_i != 0 (full forward) vs D.1": rel_max(full_g, r9),
+        "attention with v_i, u_i != 0 (predict) vs D.1": rel_max(pred_g, r9),
+        "beta vs Lhat w (eq. 29)": rel_max(beta, np.einsum("bde,be->bd", Lhat, wn)),
+        "(1/N) sum y_n^2 vs w^T Lhat w (eq. 28)": rel_max((y ** 2).mean(-1),
                                                           np.einsum("bd,bde,be->b", wn, Lhat, wn)),
     }
     controls = [
-        Control("MLP on row-major vec(beta x_q^T) = beta (x) x_q", _rel_max(mlp_c, eq_m),
+        Control("MLP on row-major vec(beta x_q^T) = beta (x) x_q", rel_max(mlp_c, eq_m),
                 ROUNDOFF_RTOL),
-        Control("rho = N + 1 (query counted as context)", _rel_max(rho1_pred, eq_m),
+        Control("rho = N + 1 (query counted as context)", rel_max(rho1_pred, eq_m),
                 ROUNDOFF_RTOL),
-        Control("D.1 without the query's x_q x_q^T / N in X X^T", _rel_max(full_g, r9_noq),
+        Control("D.1 without the query's x_q x_q^T / N in X X^T", rel_max(full_g, r9_noq),
                 ROUNDOFF_RTOL),
         Control("effective matrix transposed (beta^T M^T x_q)",
-                _rel_max(full, np.einsum("bi,ji,bj->b", beta, np.einsum("h,hij->ij", v, U),
+                rel_max(full, np.einsum("bi,ji,bj->b", beta, np.einsum("h,hij->ij", v, U),
                                          Xn[:, :D, N])), ROUNDOFF_RTOL),
     ]
     worst = max(errors.values())
@@ -229,8 +229,11 @@ def torch_training(ctx):
     """
 
     from verify.flows.merged import half_time, init_merged, integrate
-    from verify.models.linear_attention import (CubicFeatureMLP, MergedLinearAttention,
-                                                train_online_sgd)
+    from verify.models.linear_attention import (
+        CubicFeatureMLP,
+        MergedLinearAttention,
+        train_online_sgd,
+    )
     from verify.tasks.in_context_regression import random_covariance
 
     D, N, H = 4, 31, 8
