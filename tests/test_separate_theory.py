@@ -136,22 +136,3 @@ def test_pcr_limit_is_the_large_N_fixed_point():
     P = separate.projector(Lam, [1, 2])
     np.testing.assert_allclose(Lam @ lim, P, atol=1e-12)  # w^T P x_q in the limit (eq. 22)
 
-
-def test_loss_along_the_aligned_flow_is_the_ansatz_loss():
-    # from a balanced aligned start the exact flow stays on the ansatz manifold (eqs. 20-21):
-    # L(M(t)) = tr(Lambda) + sum_d [ -2 lambda_d^2 v_d^3 + lambda_d a_d v_d^6 ]
-    from verify.flows import separate as fs
-
-    lam = np.array(FIG1)
-    N = 31
-    mo = fs.moments(lam, N)
-    v0, k0, q0 = fs.init_aligned_separate(mo, 4, 1, 0.05)
-    res = fs.integrate(mo, None, v0, k0, q0, tau=1.0, t_eval=np.linspace(0, 400, 9), rtol=1e-10,
-                       method="LSODA")
-    a = np.array([theory.get("linear_attention.data.lambda_hat_sq_eigenvalue")(lam=l, trLambda=1.0, N=N)
-                  for l in lam])
-    change = theory.get("linear_attention.separate.ansatz_loss_change")
-    for j in range(len(res.t)):
-        dirs = np.abs(res.k[j, :, 0, :]).argmax(axis=1)  # head -> its eigen-direction (Lambda diagonal)
-        predicted = 1.0 + sum(change(v=abs(res.v[j, i]), lam=lam[dirs[i]], a=a[dirs[i]]) for i in range(4))
-        assert res.loss[j] == pytest.approx(predicted, rel=1e-8)
