@@ -50,14 +50,25 @@ def _defaults():
         "v": 0.3,
         "v0": 0.05,
         "a": 0.5,
+        "Sigma": _rotated([1.0, 0.25, 0.0625], seed=11),  # non-diagonal SPD 3 x 3 (Ahn et al. spectrum)
+        "n": 6,
+        "d": 3,
+        "L": 2,
+        "R": 2,
+        ("a", "steps"): [0.4, 1.1],
     }
 
 
 DEFAULTS = _defaults()
 
 
+def _default(p):
+    """Default value for parameter ``p``: by (name, kind) where a name has two kinds, else by name."""
+    return DEFAULTS.get((p.name, p.kind), DEFAULTS.get(p.name))
+
+
 def params_of(cf, **override):
-    kw = {n: DEFAULTS[n] for n in cf.param_names}
+    kw = {p.name: _default(p) for p in cf.params}
     kw.update(override)
     return kw
 

@@ -22,6 +22,10 @@ Kinds
 ``subset``
     A list of distinct 1-based indices into the eigenvalues of the covariance in descending
     order (e.g. ``[1, 3]``); may be empty; each index <= D.
+``steps``
+    A list of between 1 and ``high`` finite real numbers (e.g. the step sizes
+    ``a_0, ..., a_{L-1}`` of L preconditioned-GD layers). Normalised to a tuple of floats;
+    the closed form sees it zero-padded to length ``high`` through its ``derived`` values.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative", "subset"]
+__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative", "subset", "steps"]
 
 _SYMMETRY_RTOL = 1e-10
 
@@ -51,12 +55,22 @@ class Param:
         One line: what the parameter means.
     low : int
         Smallest allowed value of an ``index`` parameter.
+    high : int or None
+        Largest allowed value of an ``index`` parameter, or the largest length of a
+        ``steps`` list (required for ``steps``).
     """
 
     name: str
     kind: str
     doc: str
     low: int = 1
+    high: int | None = None
+
+    def __post_init__(self):
+        if self.kind not in _VALIDATORS:
+            raise ValueError(f"kind: unknown parameter kind {self.kind!r}")
+        if self.kind == "steps" and (self.high is None or self.high < 1):
+            raise ValueError(f"high: a steps parameter ({self.name}) needs a maximum length >= 1")
 
     def validate(self, value: Any, dims: dict[str, int]) -> Any:
         """Check ``value`` and return it normalised (see the module docstring).
@@ -71,10 +85,11 @@ class Param:
         what = {
             "covariance": "D x D symmetric positive-definite matrix, or list of D positive eigenvalues",
             "matrix": "D x D real matrix",
-            "index": f"integer >= {self.low}",
+            "index": f"integer >= {self.low}" + (f" and <= {self.high}" if self.high is not None else ""),
             "positive": "real > 0",
             "nonnegative": "real >= 0",
             "subset": "list of distinct 1-based eigen-direction indices (descending eigenvalues)",
+            "steps": f"list of 1 to {self.high} real numbers",
         }[self.kind]
         return f"{self.name}: {what}. {self.doc}"
 
@@ -152,6 +167,8 @@ def _index(p: Param, value: Any, dims: dict[str, int]) -> int:
         n = int(x)
     if n < p.low:
         raise _fail(p, f"must be >= {p.low}, got {n}")
+    if p.high is not None and n > p.high:
+        raise _fail(p, f"must be <= {p.high}, got {n}")
     return n
 
 
@@ -185,6 +202,17 @@ def _subset(p: Param, value: Any, dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def _steps(p: Param, value: Any, dims: dict[str, int]) -> tuple[float, ...]:
+    if _is_torch(value):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise _fail(p, f"expected a list of 1 to {p.high} numbers, got {value!r}")
+    arr = _as_float_array(p, value)
+    if arr.ndim != 1 or not 1 <= arr.size <= p.high:
+        raise _fail(p, f"expected a list of 1 to {p.high} numbers, got {value!r}")
+    return tuple(float(x) for x in arr)
+
+
 _VALIDATORS = {
     "covariance": _covariance,
     "matrix": _matrix,
@@ -192,6 +220,7 @@ _VALIDATORS = {
     "positive": lambda p, v, d: _scalar(p, v, strict=True),
     "nonnegative": lambda p, v, d: _scalar(p, v, strict=False),
     "subset": _subset,
+    "steps": _steps,
 }
 
 
@@ -203,8 +232,8 @@ def matrix(name: str, doc: str) -> Param:
     return Param(name, "matrix", doc)
 
 
-def index(name: str, doc: str, low: int = 1) -> Param:
-    return Param(name, "index", doc, low=low)
+def index(name: str, doc: str, low: int = 1, high: int | None = None) -> Param:
+    return Param(name, "index", doc, low=low, high=high)
 
 
 def positive(name: str, doc: str) -> Param:
@@ -217,3 +246,7 @@ def nonnegative(name: str, doc: str) -> Param:
 
 def subset(name: str, doc: str) -> Param:
     return Param(name, "subset", doc)
+
+
+def steps(name: str, doc: str, high: int) -> Param:
+    return Param(name, "steps", doc, high=high)

@@ -29,6 +29,8 @@ TOPICS = (
     "theory.linear_attention.merged",
     "theory.linear_attention.ntp",
     "theory.linear_attention.separate",
+    "theory.preconditioned_gd.single_layer",
+    "theory.preconditioned_gd.multi_layer",
 )
 
 _REGISTRY: dict[str, "ClosedForm"] = {}
@@ -69,6 +71,10 @@ class ClosedForm:
         to the emitted function after the parameters, in the order of ``derived_names``.
     derived_names : tuple of str
         Names (in :func:`theory.symbols.sym`) of the auxiliary symbols.
+    length : callable or None
+        ``length(values, dims) -> int`` for a ``vector`` output whose expression is padded
+        to a fixed size (e.g. step sizes of L <= 3 layers): only the first ``length``
+        entries are returned.
     doc : str
         Longer explanation: assumptions, conventions, what the paper says.
     erratum : str
@@ -87,6 +93,7 @@ class ClosedForm:
     domain: Callable[[dict, dict], None] | None = None
     derived: Callable[[dict, dict], dict] | None = None
     derived_names: tuple[str, ...] = ()
+    length: Callable[[dict, dict], int] | None = None
     doc: str = ""
     erratum: str = ""
     _fns: dict = field(default_factory=dict, repr=False)
@@ -96,6 +103,8 @@ class ClosedForm:
             raise ValueError(f"status: expected one of {STATUSES}, got {self.status!r}")
         if self.output not in ("scalar", "matrix", "vector"):
             raise ValueError(f"output: expected scalar, matrix or vector, got {self.output!r}")
+        if self.length is not None and self.output != "vector":
+            raise ValueError("length: only a vector output can be trimmed")
 
     # -- symbolic -----------------------------------------------------------------
     @cached_property
@@ -196,7 +205,10 @@ class ClosedForm:
         if "D" not in self.param_names:
             args.append(D)
         fn = self.printed_function(backend) if printed else self.function(backend)
-        return _shape_output(fn(*args), self.output, backend)
+        out = _shape_output(fn(*args), self.output, backend)
+        if self.length is not None:
+            out = out[: self.length(values, dims)]
+        return out
 
     def __repr__(self) -> str:
         return f"<ClosedForm {self.id} ({self.source}; {self.status})>"

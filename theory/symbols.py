@@ -25,8 +25,9 @@ def sym(name: str):
     """The sympy object for the parameter ``name``.
 
     Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``) and the eigen-projectors
-    (``P``, ``P_prev``, ``E_m``) are D x D MatrixSymbols; ``D`` is :func:`dim`; everything else is a positive real symbol, except
-    ``t`` (nonnegative).
+    (``P``, ``P_prev``, ``E_m``) are D x D MatrixSymbols; ``D`` is :func:`dim`; ``N_max``,
+    ``m``, ``n``, ``d``, ``L``, ``R`` are positive integers; ``t`` is nonnegative; the step sizes
+    ``a_0, a_1, ...`` (and ``b_l``, ``c_l``) are real; everything else is a positive real symbol.
     """
     import sympy as sp
 
@@ -39,9 +40,13 @@ def sym(name: str):
         return sp.Symbol(name, integer=True, positive=True)
     if name in _NONNEGATIVE:
         return sp.Symbol(name, nonnegative=True)
+    if name in _REALS:
+        return sp.Symbol(name, real=True)
     return sp.Symbol(name, positive=True)
 
 
 _MATRICES = {"Lambda", "Lambda_q", "M", "A", "Sigma", "P", "P_prev", "E_m"}
-_INTEGERS = {"N_max", "m"}
+_INTEGERS = {"N_max", "m", "n", "d", "L", "R"}
 _NONNEGATIVE = {"t"}
+#: Real symbols of either sign: preconditioned-GD step sizes ``a_l`` and GD++ scales ``b_l``.
+_REALS = {f"{x}_{l}" for x in "abc" for l in range(8)}
