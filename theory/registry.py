@@ -31,6 +31,7 @@ TOPICS = (
     "theory.linear_attention.separate",
     "theory.preconditioned_gd.single_layer",
     "theory.preconditioned_gd.multi_layer",
+    "theory.preconditioned_gd.relu",
 )
 
 _REGISTRY: dict[str, "ClosedForm"] = {}

@@ -3,5 +3,5 @@
 Modules: :mod:`.single_layer` (Theorem 1, the single-layer optimum, and its identity with
 the merged linear-attention minimum of Zhang et al. 2025; Theorem 5, ReLU attention) and
 :mod:`.multi_layer` (Wishart moments, the exact L-layer loss on the sparse set of eq. 8,
-optimal step sizes, Theorems 2-4).
+optimal step sizes, Theorems 2-4) and :mod:`.relu` (Theorem 5, ReLU attention).
 """

@@ -1,0 +1,1 @@
+"""Placeholder: records are added here (Ahn et al. 2023, Theorem 5)."""
