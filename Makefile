@@ -1,6 +1,7 @@
 # Two entry points do the whole set-up on a fresh machine:
 #   make verify   install everything, then run `python -m verify all`
 #   make test     install everything, then run the test suite
+#   make docs     install everything, then build the documentation site (warnings are errors)
 # Every install goes through constraints.txt, the one place where torch is pinned.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -8,7 +9,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-all verify bench clean
+.PHONY: install test test-all verify bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -30,5 +31,8 @@ verify: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
 
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) verify-report .pytest_cache .hypothesis
+	rm -rf $(VENV) verify-report .pytest_cache .hypothesis docs/_build docs/_generated

@@ -52,7 +52,7 @@ class ClosedForm:
         Paper and equation, e.g. ``Zhang et al. 2025, eq. 10``.
     status : str
         ``exact``, ``asymptotic``, ``approximate`` or ``heuristic``.
-    params : tuple of Param
+    params : tuple of theory.params.Param
         Parameters in call order.
     derive : callable
         ``derive() -> sympy expression``; the derivation (cached in :attr:`expr`).

@@ -171,6 +171,7 @@ class Check:
     method: str
     func: Callable[[Context], Outcome]
     needs: tuple[str, ...] = ()
+    decides: tuple[str, ...] = ()
 
     def available(self) -> str | None:
         """None when the check can run here, else why not (a missing optional package)."""
@@ -182,15 +183,24 @@ class Check:
         return None
 
 
-def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Iterable[str] = ()):
-    """Decorator registering a check function ``f(ctx) -> Outcome``."""
+def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Iterable[str] = (),
+          decides: Iterable[str] = ()):
+    """Decorator registering a check function ``f(ctx) -> Outcome``.
+
+    ``decides``: erratum records (a subset of ``covers``) whose printed form this check puts
+    to the test against the derived one: one of its negative controls is the printed form,
+    so the check passing means the numbers side with the derivation.
+    """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    covers, decides = tuple(covers), tuple(decides)
+    if not set(decides) <= set(covers):
+        raise ValueError(f"decides: {sorted(set(decides) - set(covers))} not in covers of {id}")
 
     def deco(func):
         if id in _CHECKS:
             raise ValueError(f"id: check {id!r} registered twice")
-        _CHECKS[id] = Check(id, title, tuple(covers), method, func, tuple(needs))
+        _CHECKS[id] = Check(id, title, covers, method, func, tuple(needs), decides)
         return func
 
     return deco

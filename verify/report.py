@@ -14,7 +14,7 @@
     One PNG per figure spec returned by a check (when matplotlib is installed).
 
 Figure specs (``Outcome.figures``: name -> spec)
------------------------------------------------
+------------------------------------------------
 Lines, e.g. theory curves against simulation::
 
     {"kind": "lines", "title": str, "xlabel": str, "ylabel": str,

@@ -6,7 +6,7 @@ the current context length. Averaging over positions is averaging over a context
 uniform on 1..N_max.
 
 Derivation: E[y_q z] = vec(Lambda^2) does not depend on N, and E[Lambda_hat^2] (hence the
-loss L(M) of :mod:`.merged`) is *linear* in 1/N; so the position-averaged loss is L(M)
+loss L(M) of :mod:`theory.linear_attention.merged`) is *linear* in 1/N; so the position-averaged loss is L(M)
 with 1/N replaced by nu = E(1/N) (eq. 30). Minimising it gives eq. 25 and, at the minimum,
 eq. 26 with m = D. nu for the uniform length distribution is derived by ``summation``.
 

@@ -126,6 +126,7 @@ _MOMENT_KEYS = ("lambda_hat", "lambda_hat_sq", "beta_beta", "yq_z", "zz", "yq_sq
                "linear_attention.data.beta_beta", "linear_attention.data.yq_z",
                "linear_attention.data.zz", "linear_attention.data.yq_sq",
                "linear_attention.data.fourth_moment", "linear_attention.data.lambda_hat_sq_eq30_line2"],
+       decides=["linear_attention.data.lambda_hat_sq_eq30_line2"],
        method="monte_carlo",
        title="Monte Carlo of the in-context moments E[Lhat], E[Lhat^2], E[beta beta^T], "
              "E[y_q z], E[z z^T], E[y_q^2] and E[x x^T A x x^T]")

@@ -14,7 +14,7 @@ attention (§2.3) is
     ATTN_M(X) = X + sum_i (1/N) W^V_i X X^T W^KQ_i X,
 
 with ``rho = N`` the number of *context* tokens, and the prediction is the bottom-right
-entry ``yhat = ATTN_M(X)[D, N]`` (0-based; eq. 3). With the blocks
+entry ``yhat = ATTN_M(X)[D, N]`` (0-based; eq. 3). With the blocks::
 
     W^V_i  = [[*,     *  ],        W^KQ_i = [[U_i,   *],
               [v_i^T, v_i]],                  [u_i^T, *]]

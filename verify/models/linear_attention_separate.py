@@ -9,7 +9,7 @@ layer with ``H`` heads of rank ``R`` is (§2.4)
     ATTN_S(X) = X + sum_i (1/N) W^V_i X X^T W^K_i^T W^Q_i X,
 
 with ``W^V_i`` of shape (D+1, D+1) and ``W^K_i, W^Q_i`` of shape (R, D+1); the prediction is
-the bottom-right entry ``yhat = ATTN_S(X)[D, N]`` (eq. 3, 0-based). With the blocks
+the bottom-right entry ``yhat = ATTN_S(X)[D, N]`` (eq. 3, 0-based). With the blocks::
 
     W^V_i = [[*,     *  ],     W^K_i = [k_ir^T, k_ir]_{r=1..R},   W^Q_i = [q_ir^T, *]_{r=1..R}
              [v_i^T, v_i]],

@@ -18,8 +18,8 @@ Contains
 :class:`RegressionTask`        one batch of fixed-length sequences (eqs. 1-2)
 :func:`sample_task`            draw a :class:`RegressionTask`
 :func:`iter_tasks`             draw many sequences in chunks
-:func:`lambda_hat`, :func:`beta`, :func:`cubic_feature`, :func:`token_matrix`
-                               the statistics of App. C.1 and the token matrix of eq. 1
+:func:`lambda_hat` ...         the statistics of App. C.1 (:func:`beta`, :func:`cubic_feature`) and
+:func:`token_matrix`           the token matrix of eq. 1
 :class:`NextTokenSequences`    sequences of length ``N_max + 1`` for the next-token loss (App. A.1)
 :func:`sample_sequences`       draw a :class:`NextTokenSequences`
 :func:`iter_sequences`         draw many of them in chunks

@@ -1,0 +1,162 @@
+"""Sphinx extension: pages generated from the closed-form and check registries.
+
+At ``builder-inited`` it writes, under ``docs/_generated/`` (not committed):
+
+* ``papers/<topic>.md``: one page per paper, every registered closed form with its id,
+  source equation, status, parameters, the derived formula in LaTeX (from ``expr``), the
+  paper's printed formula where it differs (erratum), and the checks that cover it;
+* ``checks.md``: every check with its method, title and the closed forms it covers;
+* ``api/*.md``: one autodoc page per module of ``theory`` and ``verify``.
+
+Files are rewritten only when their text changes, so incremental builds stay incremental.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+PACKAGES = ("theory", "verify")
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def _latex(expr) -> str:
+    import sympy as sp
+
+    return sp.latex(expr, mat_delim="(")
+
+
+def _param_line(p) -> str:
+    return f"- `{p.name}`: {p.describe().split(': ', 1)[1]}"
+
+
+def paper_page(topic: str) -> str:
+    """The Markdown page of one paper."""
+    import theory
+    from theory.papers import PAPERS
+    from verify.check import checks
+
+    paper = PAPERS[topic]
+    covering: dict[str, list] = {}
+    for chk in checks():
+        for id in chk.covers:
+            covering.setdefault(id, []).append(chk)
+    records = [r for r in theory.records() if r.id.split(".", 1)[0] == topic]
+    out = [f"# {paper.cite}: {paper.title}", "",
+           f"*{paper.venue}.* {len(records)} closed forms are registered for this paper; each one is "
+           "derived in sympy by the toolkit and covered by the checks listed with it "
+           "(`python -m verify <check id>` reruns one).", ""]
+    if not records:
+        out += ["No closed form of this paper is registered yet.", ""]
+    for r in records:
+        out += [f"## `{r.id}`", "", f"{r.title}.", "",
+                f"**Source:** {r.source}. **Status:** {r.status}."
+                + (" **Erratum.**" if r.erratum else ""), ""]
+        out += ["**Parameters:**", ""] + [_param_line(p) for p in r.params] + [""]
+        out += ["**Derived:**", "", "$$", _latex(r.expr), "$$", ""]
+        if r.printed is not None:
+            if r.erratum:
+                out += ["**As printed in the paper (differs):**", "", "$$", _latex(r.printed_expr), "$$", "",
+                        f"**Erratum:** {r.erratum}", ""]
+            else:
+                out += ["The paper's printed form is proved equal to the derivation "
+                        "(`symbolic_printed_forms`).", ""]
+        if r.doc:
+            out += [r.doc, ""]
+        chks = covering.get(r.id, [])
+        out += ["**Checked by:** " + (", ".join(f"`{c.id}` ({c.method})" for c in chks) or "none"), ""]
+    return "\n".join(out)
+
+
+def checks_page() -> str:
+    """The Markdown page listing every check."""
+    from verify.check import checks
+
+    out = ["# Checks", "",
+           "Every check of `python -m verify all`: its method and the closed forms it covers. A check "
+           "passes only when its discrepancy is within tolerance *and* each of its negative controls "
+           "is rejected.", "",
+           "| check | method | title | covers |", "|---|---|---|---|"]
+    for c in checks():
+        covers = ", ".join(f"`{i}`" for i in c.covers) if len(c.covers) <= 4 else f"{len(c.covers)} closed forms"
+        out.append(f"| `{c.id}` | {c.method} | {c.title.replace('|', '/')} | {covers} |")
+    return "\n".join(out) + "\n"
+
+
+def modules() -> list[str]:
+    """Every importable module of the two packages, sorted."""
+    names = []
+    for pkg in PACKAGES:
+        mod = importlib.import_module(pkg)
+        names.append(pkg)
+        for info in pkgutil.walk_packages(mod.__path__, prefix=f"{pkg}."):
+            if info.name.endswith("__main__"):
+                continue
+            names.append(info.name)
+    return sorted(names)
+
+
+def api_page(module: str) -> str:
+    """One module's page; a package page shows its docstring only (its names live in submodules)."""
+    is_package = hasattr(importlib.import_module(module), "__path__")
+    opts = "\n   :no-members:" if is_package else ""
+    return f"# `{module}`\n\n```{{eval-rst}}\n.. automodule:: {module}{opts}\n```\n"
+
+
+def generate(srcdir: Path) -> None:
+    from theory.papers import PAPERS
+
+    out = srcdir / "_generated"
+    for topic in PAPERS:
+        _write(out / "papers" / f"{topic}.md", paper_page(topic))
+    _write(out / "checks.md", checks_page())
+    mods = modules()
+    for m in mods:
+        _write(out / "api" / f"{m}.md", api_page(m))
+    index = ["# API reference", "", "```{toctree}", ":maxdepth: 1", ""] + [m for m in mods] + ["```", ""]
+    _write(out / "api" / "index.md", "\n".join(index))
+
+
+def _on_builder_inited(app) -> None:
+    generate(Path(app.srcdir))
+
+
+_UNDERLINE = re.compile(r"^\s*([-=~^])\1{2,}\s*$")
+
+
+def plain_text_docstring(lines: list[str]) -> None:
+    """Make the toolkit's plain-text docstrings valid reStructuredText, in place.
+
+    The docstrings write math as text: ``|x|`` is an absolute value, not an rST substitution,
+    so every ``|`` is escaped; a module docstring's underlined headings (``Contains``,
+    ``References``, ...) become rubrics, since sections cannot nest inside autodoc output.
+    """
+    i = 0
+    while i < len(lines):
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if lines[i].strip() and _UNDERLINE.match(nxt) and len(nxt.strip()) >= len(lines[i].strip()):
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            lines[i: i + 2] = [f"{indent}.. rubric:: {lines[i].strip()}", ""]
+        i += 1
+    for k, line in enumerate(lines):
+        if "|" in line:
+            parts = line.split("``")  # odd parts are inline literals: left as they are
+            lines[k] = "``".join(re.sub(r"(?<!\\)\|", r"\\|", p) if j % 2 == 0 else p
+                                 for j, p in enumerate(parts))
+
+
+def _on_docstring(app, what, name, obj, options, lines) -> None:
+    plain_text_docstring(lines)
+
+
+def setup(app):
+    app.connect("builder-inited", _on_builder_inited)
+    app.connect("autodoc-process-docstring", _on_docstring, priority=900)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
