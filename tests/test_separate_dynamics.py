@@ -45,3 +45,84 @@ def test_long_plateaus_uses_the_escape_scale():
 def test_long_plateaus_rejects_bad_input(args, name):
     with pytest.raises(ValueError, match=f"^{name}"):
         long_plateaus(*args)
+
+
+def test_literal_divides_pattern_is_the_wrong_way_round():
+    from verify.checks.linear_attention_separate_dynamics import literal_divides_pattern
+
+    assert literal_divides_pattern(4, 2).tolist() == [False, True, True, False]
+    assert literal_divides_pattern(8, 4).tolist() == [False, True, True, False, True, False, False, False]
+    with pytest.raises(ValueError, match="^D"):
+        literal_divides_pattern(0, 1)
+
+
+def test_wishart_betas_have_the_moments_of_eq_29_31():
+    # E[beta w^T] = E[Lambda_hat] = Lambda, E[beta beta^T] = E[Lambda_hat^2] (eq. 31)
+    import theory
+    from verify.checks.linear_attention_separate import sample_wishart_betas
+    from verify.stats import batch_mean, z_threshold
+
+    rng = np.random.default_rng(4)
+    q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    Lam = (q * np.array([1.0, 0.5, 0.2])) @ q.T
+    N = 5
+    acc = batch_mean()
+    for _ in range(4):
+        beta, x_q, y_q, w = sample_wishart_betas(rng, Lam, N, 50_000)
+        acc.add(np.concatenate([np.einsum("bi,bj->bij", beta, w).reshape(-1, 9),
+                                np.einsum("bi,bj->bij", beta, beta).reshape(-1, 9),
+                                (y_q - np.einsum("bd,bd->b", x_q, w))[:, None]], axis=1))
+    est = acc.result()
+    A = theory.get("linear_attention.data.lambda_hat_sq")(Lambda=Lam, N=N)
+    z = est.z(np.concatenate([Lam.ravel(), np.asarray(A).ravel(), [0.0]]))
+    assert np.max(np.abs(z)) < z_threshold(19)
+    with pytest.raises(ValueError, match="^N"):
+        sample_wishart_betas(rng, Lam, 2, 10)
+
+
+def test_torch_ranks_from_the_environment_value():
+    from verify.checks.linear_attention_separate_torch import FULL_TRAINING, selected_ranks
+
+    assert selected_ranks(FULL_TRAINING, None) == (1, 2, 4, 8)
+    assert selected_ranks(FULL_TRAINING, "8") == (8,)
+    assert selected_ranks(FULL_TRAINING, "4,1") == (1, 4)
+    for bad in ("3", "8,8", "x"):
+        with pytest.raises(ValueError, match="^ATTN_S_TORCH_RANKS"):
+            selected_ranks(FULL_TRAINING, bad)
+
+
+def _tiny_setting(max_steps=20_000):
+    from verify.checks.linear_attention_separate_torch import TrainingSetting
+
+    return TrainingSetting("tiny: D=2, N=7, H=2", D=2, N=7, H=2, ranks=(1, 2), eig=(2.0, 1.0),
+                           w_init=5e-2, eta=0.2, batch=500, log_every=5, max_steps=max_steps)
+
+
+def test_torch_training_full_code_path_on_a_tiny_setting():
+    # the full-profile path (several ranks, one spawned stream per rank, horizon from the flow,
+    # log_every > 1) with reduced sizes; a rank run alone starts from the same draw
+    pytest.importorskip("torch")
+    from verify.check import Context
+    from verify.checks.linear_attention_separate_torch import RUN_PAST_LAST_DROP, run_training
+
+    cid = "linear_attention.separate.torch_training"
+    out = run_training(Context(cid, profile="full"), _tiny_setting())
+    assert np.isfinite(out.discrepancy)
+    per = out.details["per_rank"]
+    assert set(per) == {"R=1", "R=2"}
+    for r in per.values():
+        assert r["flow_drops_reached"] == 2
+        assert r["steps"] == int(np.ceil(RUN_PAST_LAST_DROP * r["flow_last_drop"] / (2 * 0.2)))
+        assert max(r["drops_flow"]) < 2 * 0.2 * r["steps"]
+    alone = run_training(Context(cid, profile="full"), _tiny_setting(), ranks=(2,))
+    assert alone.details["per_rank"]["R=2"]["drops_flow"] == per["R=2"]["drops_flow"]
+
+
+def test_torch_training_horizon_cap_is_an_error():
+    pytest.importorskip("torch")
+    from verify.check import Context
+    from verify.checks.linear_attention_separate_torch import run_training
+
+    with pytest.raises(RuntimeError, match="^horizon"):
+        run_training(Context("linear_attention.separate.torch_training", profile="full"),
+                     _tiny_setting(max_steps=20), ranks=(1,))

@@ -136,3 +136,59 @@ def test_pcr_limit_is_the_large_N_fixed_point():
     P = separate.projector(Lam, [1, 2])
     np.testing.assert_allclose(Lam @ lim, P, atol=1e-12)  # w^T P x_q in the limit (eq. 22)
 
+
+
+# -- rank R (§5, App. F.3-F.4) -----------------------------------------------------------------
+def test_rank_stationary_root_is_the_rank_one_root():
+    from theory.linear_attention import merged
+
+    assert sp.simplify(separate.rank_stationary_root() - merged.converged_eigenvalue()) == 0
+
+
+@pytest.mark.parametrize("R", [1, 2, 3, 4])
+def test_rank_fixed_points_are_the_rank_one_functions(R):
+    from verify.flows import separate as fs
+
+    rng = np.random.default_rng(11)
+    q, _ = np.linalg.qr(rng.standard_normal((4, 4)))
+    Lam = (q * np.array(FIG1)) @ q.T
+    V = separate.eigenvectors_descending(Lam)
+    for k in range(5):
+        for S in itertools.combinations(range(1, 5), k):
+            M = _get("rank_fixed_point_matrix")(Lambda=Lam, N=7, S=list(S), R=R)
+            np.testing.assert_allclose(M, _get("fixed_point_matrix")(Lambda=Lam, N=7, S=list(S)),
+                                       rtol=1e-13, atol=1e-13)
+            # realised by ceil(|S|/R) heads of rank R with a shared v_i = 1 (eq. 86): zero gradient
+            H = max(1, -(-len(S) // R))
+            v, kk = np.zeros(H), np.zeros((H, R, 4))
+            for j, d in enumerate(S):
+                v[j // R] = 1.0
+                kk[j // R, j % R] = np.sqrt(V[:, d - 1] @ M @ V[:, d - 1]) * V[:, d - 1]
+            np.testing.assert_allclose(fs.effective_matrix(v, kk, kk), M, atol=1e-12)
+            grads = fs.gradients(Lam, 7, v, kk, kk)
+            assert max(float(np.max(np.abs(g))) for g in grads) < 1e-13
+
+
+def test_conspicuous_plateaus_are_the_saddles_at_multiples_of_R():
+    cf = _get("conspicuous_plateau_loss")
+    assert cf.status == "heuristic"
+    assert "divides R" in cf.doc
+    for R in (1, 2, 3, 4):
+        for j in range(-(-4 // R)):
+            assert cf(Lambda=FIG1, N=31, R=R, j=j) == pytest.approx(
+                _get("saddle_loss")(Lambda=FIG1, N=31, m=j * R), rel=1e-14)
+    # the spec's numbers (R2): R = 2 plateaus at L(M_0) = 1 and L(M_2) = 0.377372
+    assert cf(Lambda=FIG1, N=31, R=2, j=1) == pytest.approx(0.377372, abs=5e-7)
+
+
+@pytest.mark.parametrize("kw, name", [({"R": 5, "j": 0}, "R"), ({"R": 2, "j": 2}, "j"),
+                                      ({"R": 3, "j": 2}, "j"), ({"R": 1, "j": -1}, "j"),
+                                      ({"R": 0, "j": 0}, "R")])
+def test_conspicuous_plateau_rejects_bad_input(kw, name):
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        _get("conspicuous_plateau_loss")(Lambda=FIG1, N=31, **kw)
+
+
+def test_rank_fixed_point_rejects_rank_above_D():
+    with pytest.raises(ValueError, match="^R:"):
+        _get("rank_fixed_point_matrix")(Lambda=FIG1, N=31, S=[1], R=5)

@@ -2,7 +2,7 @@
 
 Model (eq. S): ``yhat = sum_i sum_r v_i beta^T k_ir q_ir^T x_q = beta^T M x_q`` with
 ``M = sum_{i,r} v_i k_ir q_ir^T``. The loss depends on the weights only through M, so it is
-the merged model's L(M) (:mod:`.merged`), and G = -1/2 dL/dM is the same matrix; the flow
+the merged model's L(M) (:mod:`theory.linear_attention.merged`), and G = -1/2 dL/dM is the same matrix; the flow
 (eqs. 14, 83) is tau dv_i = sum_r k_ir^T G q_ir, tau dk_ir = v_i G q_ir, tau dq_ir = v_i G^T k_ir.
 
 Derived here:
@@ -28,7 +28,8 @@ Contains
 --------
 ``linear_attention.separate.fixed_point_matrix``, ``.fixed_point_gradient``, ``.subset_loss``, ``.saddle_loss``,
 ``.drop_size``, ``.scalar_ode_rhs``, ``.scalar_ode_time``, ``.ansatz_value_weight``,
-``.pcr_limit_matrix``, ``.escape_time``;
+``.pcr_limit_matrix``, ``.escape_time``, ``.rank_fixed_point_matrix`` (rank R, eqs. 84-87),
+``.conspicuous_plateau_loss`` (rank R, §5, heuristic);
 ``linear_attention.ntp.saddle_loss``.
 """
 
@@ -577,4 +578,111 @@ register(ClosedForm(
     domain=_m_at_most_D,
     derived=_saddle_projector,
     derived_names=("P",),
+))
+
+
+# -- rank R (§5, App. F.3-F.4) ----------------------------------------------------------
+RANK = index("R", "Rank of each head's key and query (R <= D), eq. S.")
+PLATEAU_J = Param("j", "index", "Which conspicuous plateau: j = 0 .. ceil(D/R) - 1 (the one at "
+                  "L(M_{jR})).", low=0)
+
+
+def _rank_at_most_D(values, dims):
+    if values["R"] > dims["D"]:
+        raise ValueError(f"R: must be <= D = {dims['D']}, got {values['R']}")
+
+
+def _conspicuous_domain(values, dims):
+    _rank_at_most_D(values, dims)
+    n = -(-dims["D"] // values["R"])
+    if values["j"] > n - 1:
+        raise ValueError(f"j: must be <= ceil(D/R) - 1 = {n - 1} (D = {dims['D']}, R = {values['R']}), "
+                         f"got {values['j']}")
+
+
+def _conspicuous_projector(values, dims):
+    return {"P": projector(values["Lambda"], range(1, values["j"] * values["R"] + 1))}
+
+
+@cache
+def rank_stationary_root():
+    """The per-direction value of M at a rank-R fixed point, from the stationarity of eq. 83.
+
+    A learned direction e_d is held by piece r of an active head i: k_ir = kappa e_d,
+    q_ir = rho e_d (v_i, kappa, rho nonzero), so M's spectral image on e_d is
+    m = v kappa rho and G's is g(m) (G = f(Lambda) when M is). The e_d-components of
+    tau dk_ir = v_i G q_ir and tau dq_ir = v_i G^T k_ir are v g rho and v g kappa; solving
+    both for kappa gives m = v kappa rho, the root of g. The value-weight equation
+    tau dv_i = sum_r k_ir^T G q_ir = sum_r kappa_r rho_r g(m_r) then vanishes as well
+    (asserted). The rank R and how the directions are shared among the pieces of one head
+    do not enter: every piece sees only its own direction's spectral image.
+    """
+    import sympy as sp
+
+    from ..matrices import spectral
+
+    lam = _sym("lam")
+    v, kap, rho = sp.symbols("v kappa rho", real=True, nonzero=True)
+    m = v * kap * rho
+    g = spectral(merged.derive_gradient(), variables().Lam, lam, {_sym("M"): m})
+    sols = sp.solve([v * g * rho, v * g * kap], kap, dict=True)
+    roots = {sp.factor(sp.cancel(m.xreplace(s))) for s in sols}
+    if len(roots) != 1:
+        raise AssertionError(f"rank-R stationarity: expected one nonzero root, got {roots}")
+    (root,) = roots
+    if sp.simplify(spectral(merged.derive_gradient(), variables().Lam, lam, {_sym("M"): root})) != 0:
+        raise AssertionError("rank-R stationarity: the value-weight equation does not vanish")
+    return root
+
+
+@cache
+def derive_rank_fixed_point_matrix():
+    """M_S for rank-R heads: the stationary root on the directions in S (C2: active pieces
+    lie in span{e_d : d in S}), zero elsewhere (inactive heads have v_i = 0)."""
+    from ..matrices import from_spectral
+
+    return _sym("P") * from_spectral(rank_stationary_root(), variables().Lam, _sym("lam"))
+
+
+register(ClosedForm(
+    id="linear_attention.separate.rank_fixed_point_matrix",
+    title="M_S at a fixed point of rank-R ATTN_S: the same 2^D functions as rank one",
+    source=f"{PAPER}, App. F.3, eqs. 84-87",
+    status="exact",
+    params=(LAMBDA, N_CTX, SUBSET, RANK),
+    derive=derive_rank_fixed_point_matrix,
+    printed=printed_fixed_point_matrix,
+    output="matrix",
+    domain=_rank_at_most_D,
+    derived=_subset_projector,
+    derived_names=("P",),
+    doc="Derived from the rank-R stationarity conditions (eq. 83) piece by piece; it does not "
+        "depend on R, so the rank-R fixed points are the 2^D functions of eq. 18 (eq. 86). A "
+        "subset S is realised by ceil(|S|/R) heads holding up to R directions each with a "
+        "shared v_i; a head with v_i = 0 is stationary exactly when sum_r k_ir^T G(M_S) q_ir = 0 "
+        "(eq. 87).",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.conspicuous_plateau_loss",
+    title="Loss L(M_{jR}) of the j-th conspicuous plateau of rank-R ATTN_S",
+    source=f"{PAPER}, §5 and App. F.4 (Figs. 4, 11, 12); levels from eq. 19",
+    status="heuristic",
+    params=(LAMBDA, N_CTX, RANK, PLATEAU_J),
+    derive=derive_subset_loss,
+    stable=stable_subset_loss,
+    domain=_conspicuous_domain,
+    derived=_conspicuous_projector,
+    derived_names=("P",),
+    doc="Every dk_ir/dt, dq_ir/dt carries the head's shared value weight v_i (eq. 83), so a "
+        "long plateau happens only while a new head's v_i grows from O(w_init) (an eq.-71 "
+        "escape, time ~ tau/(lambda^2 w_init)); the next R - 1 directions are learned inside "
+        "that head, whose v_i is already O(1), with brief or no plateaus. With j heads full "
+        "(R directions each) the model sits at M_{jR}: the conspicuous plateaus are at "
+        "m = 0, R, 2R, ... (m a multiple of R), j = 0 .. ceil(D/R) - 1, and ceil(D/R) heads "
+        "end with |v_i| = O(1). The level itself is eq. 19 (exact at the fixed point); which "
+        "plateaus are long is the heuristic part (small w_init, distinct eigenvalues). The "
+        "paper words it as 'm that divides R' (§5 and the Fig. 11 caption), which is the "
+        "wrong way round: the plateaus are at the m that R divides. Measured by the flow "
+        "check linear_attention.separate.rank_plateaus.",
 ))

@@ -14,7 +14,8 @@ Contains
                                                  O(w_init / v*)); eq.-36 start reported
 ``linear_attention.separate.rank_plateaus``      rank R in {1, 2, 4}, H R = D: long plateaus
                                                  only where a new head's value weight grows
-                                                 (m a multiple of R, §5, App. F.4)
+                                                 (m a multiple of R, §5, App. F.4), at
+                                                 L(M_{jR}) with M = M_{jR} (eqs. 84-87)
 ``linear_attention.ntp.mc_saddles``              next-token loss (eq. 23) of the fixed points
                                                  with E(1/N) vs eq. 26
 """
@@ -193,72 +194,213 @@ def escape_time_ratio(ctx):
 
 
 # -- (b) rank-R plateau pattern ------------------------------------------------------------------
+#: Larger w_init of the rank-R flows (the check also runs w_init / 10). The pattern needs the
+#: escape of a new value weight (~ tau / (lambda^2 w_init)) to dwarf learning inside a grown
+#: head (~ tau ln(v*/w_init) / (lambda^2 v*)): a ratio ~ w_init ln(v*/w_init) / v*, 7e-3 at
+#: 1e-3 and 1e-3 at 1e-4.
+RANK_W_INIT = {"quick": 1e-3, "full": 1e-4}
+#: relative tolerance of the plateau levels and of M at the plateaus: the flow sits O(w_init^2)
+#: from the saddle on a conspicuous plateau (measured <= 1.3e-6 at w_init = 1e-3 over seeds
+#: 0-9 except 1.8e-5 on the short R = 1 plateau of seed 8; ~1e-3 at 1e-2); 100 w_init^2 at the
+#: larger w_init of the quick profile.
+RANK_LEVEL_RTOL = 1e-4
+
+
+def literal_divides_pattern(D: int, R: int) -> np.ndarray:
+    """The paper's literal wording of §5 ("m that divides R"): long plateau at m = 0..D-1
+    when m >= 1 divides R. The wrong way round (spec §8.2); used as a negative control."""
+    D, R = int(D), int(R)
+    if D < 1 or R < 1:
+        raise ValueError(f"D: expected D >= 1 and R >= 1, got D = {D}, R = {R}")
+    return np.array([m >= 1 and R % m == 0 for m in range(D)])
+
+
+def rank_run(mo, Lam, N: int, lam, levels, R: int, rng, w_init: float, n_t: int = 3000,
+             tau: float = TAU, unit=None) -> dict:
+    """One eq.-36 draw of rank-R ATTN_S with ``H = ceil(D/R)`` heads through the exact flow.
+
+    Returns the plateau statistics, the long-plateau pattern (:func:`long_plateaus`), the
+    number of grown value weights (``|v| > GROWN_V``) at ``t = 0`` and at each drop, and the
+    loss and ``M`` at the flattest point of each conspicuous plateau ``m = jR`` compared with
+    ``linear_attention.separate.conspicuous_plateau_loss`` and
+    ``linear_attention.separate.rank_fixed_point_matrix`` (and with ``M_{jR+1}``, a control).
+    ``pattern_ok``: long exactly at the multiples of R, exactly where a new value weight grows,
+    and ``ceil(m/R)`` grown heads at ``t_m``.
+
+    ``unit``: the draw at ``w_init = 1`` ``(v, k, q)`` to scale (the same draw at several
+    ``w_init``); default a fresh :func:`verify.flows.separate.init_separate` draw from ``rng``.
+    """
+    lam = np.asarray(lam, dtype=np.float64)
+    D = lam.size
+    H = -(-D // R)
+    if unit is None:
+        unit = fs.init_separate(rng, H, R, D, 1.0)
+    v0, k0, q0 = (w_init * np.asarray(x) for x in unit)
+    T = 20.0 * tau / (lam[-1] ** 2 * w_init)
+    t = np.concatenate([[0.0], np.geomspace(1e-2, T, n_t)])
+    res = fs.integrate(mo, None, v0, k0, q0, tau=tau, t_eval=t, rtol=RTOL, method="LSODA", dense=True)
+    p = fs.plateaus(res.t, res.loss, levels, func=res.loss_at)
+    ok_drops = bool(np.all(np.isfinite(p.drop_times)))
+    long = long_plateaus(p.time_near, lam, w_init, tau)
+    scale = p.time_near[:-1] * lam**2 * w_init / tau
+    multiple = np.arange(D) % R == 0
+    times = np.r_[0.0, p.drop_times] if ok_drops else np.zeros(1)
+    grown = [int(np.sum(np.abs(res.at(s)[0]) > GROWN_V)) for s in times]
+    new_head = np.diff(grown) > 0 if ok_drops else np.zeros(D, bool)
+    expect_grown = [int(np.ceil(m / R)) for m in range(D + 1)]
+    pattern_ok = (ok_drops and bool(np.all(long == multiple)) and bool(np.all(long == new_head))
+                  and grown == expect_grown)
+    # conspicuous plateaus j = 0..ceil(D/R)-1 at their flattest point, and the end (m = D)
+    M_D = np.asarray(_cf("linear_attention.separate.rank_fixed_point_matrix", Lambda=Lam, N=N,
+                         S=list(range(1, D + 1)), R=R))
+    scale_M = float(np.linalg.norm(M_D))
+    lvl_err, M_err, M_ctrl = [], [], []
+    for j in range(H + 1):
+        m = min(j * R, D)
+        idx = p.flattest[m]
+        if idx < 0:
+            lvl_err.append(np.inf)
+            M_err.append(np.inf)
+            continue
+        if j < H:
+            L_pred = float(_cf("linear_attention.separate.conspicuous_plateau_loss", Lambda=Lam, N=N,
+                               R=R, j=j))
+        else:
+            L_pred = float(levels[-1])
+        lvl_err.append(abs(float(res.loss[idx]) - L_pred) / L_pred)
+        M_pred = np.asarray(_cf("linear_attention.separate.rank_fixed_point_matrix", Lambda=Lam, N=N,
+                                S=list(range(1, m + 1)), R=R))
+        M_err.append(float(np.linalg.norm(res.M[idx] - M_pred)) / scale_M)
+        if m < D:
+            M_next = np.asarray(_cf("linear_attention.separate.rank_fixed_point_matrix", Lambda=Lam,
+                                    N=N, S=list(range(1, m + 2)), R=R))
+            M_ctrl.append(float(np.linalg.norm(res.M[idx] - M_next)) / scale_M)
+    return {"H": H, "R": R, "w_init": w_init, "time_near": p.time_near.tolist(),
+            "time_near / (tau/(lambda_{m+1}^2 w))": scale.tolist(),
+            "long": long.tolist(), "n_long": int(long.sum()), "multiple_of_R": multiple.tolist(),
+            "grown heads at t=0, t_1..t_D": grown, "expected ceil(m/R)": expect_grown,
+            "new value weight grows in drop m+1": new_head.tolist(),
+            "drop_times": p.drop_times.tolist(),
+            "max short-plateau fraction": float(np.max(scale[~multiple], initial=0.0)),
+            "conspicuous level rel err (j = 0..H-1, end)": lvl_err,
+            "M rel err vs rank_fixed_point_matrix (j = 0..H-1, end)": M_err,
+            "control: M rel err vs M_{jR+1}": M_ctrl,
+            "literal 'm divides R' mismatches": int(np.sum(literal_divides_pattern(D, R) != long)),
+            "pattern_ok": bool(pattern_ok)}
+
+
 @check("linear_attention.separate.rank_plateaus",
-       covers=["linear_attention.separate.saddle_loss", "linear_attention.separate.escape_time"],
+       covers=["linear_attention.separate.saddle_loss", "linear_attention.separate.escape_time",
+               "linear_attention.separate.conspicuous_plateau_loss",
+               "linear_attention.separate.rank_fixed_point_matrix"],
        method="exact_flow",
-       title="Rank-R ATTN_S (R = 1, 2, 4, H R = D = 4, Fig.-1 spectrum, N = 31, eq.-36 start): long "
-             "plateaus only where a new head's value weight grows (m a multiple of R)")
+       title="Rank-R ATTN_S (R = 1, 2, 4, H = D/R, D = 4, Fig.-1 spectrum, N = 31, eq.-36 start, "
+             "w_init = 1e-3 and 1e-4): plateaus at m a multiple of R scale like 1/w_init, the others "
+             "vanish against them; levels L(M_{jR}) with M = M_{jR}")
 def rank_plateaus(ctx):
+    """The rank-R plateau pattern of §5 / App. F.4 along the exact flow (eq. 83).
+
+    The heuristic is asymptotic in ``w_init -> 0``: a plateau that waits for a new head's value
+    weight lasts ``~ tau / (lambda^2 w_init)`` times an O(1) random factor of the draw (eq. 71
+    with Gaussian init, spec R7), while learning a further key/query pair inside a grown head
+    takes ``~ tau ln(v*/w_init) / (lambda^2 v*)``. So each eq.-36 draw (``H = D / R`` heads) is
+    run at two scales ``w_1 = 1e-3``, ``w_2 = w_1 / 10`` (the same draw scaled) and the time
+    spent near each ``L(M_m)`` is measured in units of ``tau / (lambda_{m+1}^2 w)`` (``f_m``):
+
+    * m a multiple of R (conspicuous): ``f_m(w_2) / f_m(w_1)`` in [0.8, 1.25] (scale
+      invariant: 1 up to O(w ln w) corrections), with ``f_m > 0``;
+    * otherwise (brief or absent): ``f_m(w_2) <= f_m(w_1) / 3`` (predicted ratio
+      ``0.1 ln(v*/w_2) / ln(v*/w_1) ~ 0.13``; zero stays zero);
+    * ``ceil(m/R)`` value weights above ``GROWN_V`` at the m-th drop (at ``w_2``);
+    * at the flattest point of the j-th conspicuous plateau (and at the end) the loss equals
+      ``conspicuous_plateau_loss(R, j)`` and ``M`` equals ``rank_fixed_point_matrix(1..jR, R)``.
+
+    The fixed-threshold classification of the spec's V13 (long when ``f_m >= 0.1``) is
+    reported with its pass rate, not asserted: the O(1) factor of a conspicuous plateau does
+    not shrink with ``w_init``, so two heads escaping close together make it short with a
+    probability independent of ``w_init`` (seed 8, R = 1: ``f_2 = 0.046``). Negative controls:
+    the rank-one pattern (every plateau conspicuous), the rank-one head count, the paper's
+    literal "m that divides R", and ``M_{jR+1}`` in place of ``M_{jR}``.
+    """
     Lam, mo, lam, E, a = _setup(ctx.rng)
     D, N = lam.size, N_FIG
     levels = _saddles(Lam, N, D)
-    w = ctx.pick(quick=1e-3, full=1e-4)
-    rngs = ctx.spawn(3)
-    rows, parts, ctrl_r1, ctrl_heads = {}, {}, [], []
-    all_ok = True
-    for R, rng in zip((1, 2, 4), rngs):
-        H = D // R
-        v0, k0, q0 = fs.init_separate(rng, H, R, D, w)
-        T = 20.0 * TAU / (lam[-1] ** 2 * w)
-        t = np.concatenate([[0.0], np.geomspace(1e-2, T, ctx.pick(quick=3000, full=8000))])
-        res = fs.integrate(mo, None, v0, k0, q0, tau=TAU, t_eval=t, rtol=RTOL, method="LSODA", dense=True)
-        p = fs.plateaus(res.t, res.loss, levels, func=res.loss_at)
-        ok_drops = bool(np.all(np.isfinite(p.drop_times)))
-        long = long_plateaus(p.time_near, lam, w, TAU)
-        scale = p.time_near[:-1] * lam**2 * w / TAU
-        multiple = np.arange(D) % R == 0
-        # heads with a grown value weight at t = 0 and at each drop (midpoint crossing)
-        times = np.r_[0.0, p.drop_times] if ok_drops else np.zeros(1)
-        grown = [int(np.sum(np.abs(res.at(s)[0]) > GROWN_V)) for s in times]
-        new_head = np.diff(grown) > 0 if ok_drops else np.zeros(D, bool)
-        expect_grown = [int(np.ceil(m / R)) for m in range(D + 1)]
-        lvl = np.abs(p.level_at_flattest[:-1][long] - levels[:-1][long]) / levels[:-1][long]
-        final = abs(float(res.loss[-1]) - levels[-1]) / levels[-1]
-        ok = (ok_drops and bool(np.all(long == multiple)) and bool(np.all(long == new_head))
-              and grown == expect_grown)
-        all_ok &= ok
-        parts[f"R={R}: levels at long plateaus rel / 1e-3"] = float(np.max(lvl, initial=0.0)) / 1e-3
-        parts[f"R={R}: final loss rel / 1e-3"] = final / 1e-3
-        short_max = float(np.max(scale[~multiple], initial=0.0))
-        rows[f"R={R}"] = {"H": H, "time_near": p.time_near.tolist(),
-                          "time_near / (tau/(lambda_{m+1}^2 w))": scale.tolist(),
-                          "long": long.tolist(), "n_long": int(long.sum()),
-                          "multiple_of_R": multiple.tolist(),
-                          "grown heads at t=0, t_1..t_D": grown, "expected ceil(m/R)": expect_grown,
-                          "new value weight grows in drop m+1": new_head.tolist(),
-                          "drop_times": p.drop_times.tolist(),
-                          "max short-plateau fraction": short_max, "pattern_ok": ok}
-        if R > 1:
-            ctrl_r1.append(int(np.sum(~long)))             # plateaus the R=1 pattern calls long
-            ctrl_heads.append(int(np.sum(np.array(grown) != np.arange(D + 1))))
-    disc = max(parts.values())
+    w1 = ctx.pick(**RANK_W_INIT)
+    w2 = w1 / 10.0
+    draws = ctx.pick(quick=1, full=4)
+    ranks = (1, 2, 4)
+    rngs = ctx.spawn(len(ranks) * draws)
+    n_t = ctx.pick(quick=3000, full=8000)
+    rows = {}
+    parts = {"conspicuous f(w2)/f(w1) outside [0.8, 1.25] (count)": 0,
+             "brief f(w2) > f(w1)/3 (count)": 0, "head counts != ceil(m/R) (count)": 0,
+             "levels at conspicuous plateaus rel / tol": 0.0, "M at conspicuous plateaus rel / tol": 0.0}
+    ctrl_r1, ctrl_heads, ctrl_literal, ctrl_next = [], [], [], []
+    threshold_held = {}
+    for ir, R in enumerate(ranks):
+        rows[f"R={R}"] = []
+        for k in range(draws):
+            H = -(-D // R)
+            unit = fs.init_separate(rngs[ir * draws + k], H, R, D, 1.0)
+            r1, r2 = (rank_run(mo, Lam, N, lam, levels, R, None, w, n_t=n_t, unit=unit) for w in (w1, w2))
+            f1 = np.array(r1["time_near / (tau/(lambda_{m+1}^2 w))"])
+            f2 = np.array(r2["time_near / (tau/(lambda_{m+1}^2 w))"])
+            mult = np.arange(D) % R == 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(f1 > 0, f2 / np.where(f1 > 0, f1, 1.0), np.where(f2 > 0, np.inf, 0.0))
+            bad_c = int(np.sum(mult & ~((f1 > 0) & (ratio >= 0.8) & (ratio <= 1.25))))
+            bad_b = int(np.sum(~mult & (f2 > f1 / 3.0)))
+            bad_h = int(np.sum(np.array(r2["grown heads at t=0, t_1..t_D"]) != np.array(r2["expected ceil(m/R)"])))
+            parts["conspicuous f(w2)/f(w1) outside [0.8, 1.25] (count)"] += bad_c
+            parts["brief f(w2) > f(w1)/3 (count)"] += bad_b
+            parts["head counts != ceil(m/R) (count)"] += bad_h
+            for r in (r1, r2):
+                parts["levels at conspicuous plateaus rel / tol"] = max(
+                    parts["levels at conspicuous plateaus rel / tol"],
+                    max(r["conspicuous level rel err (j = 0..H-1, end)"]) / RANK_LEVEL_RTOL)
+                parts["M at conspicuous plateaus rel / tol"] = max(
+                    parts["M at conspicuous plateaus rel / tol"],
+                    max(r["M rel err vs rank_fixed_point_matrix (j = 0..H-1, end)"]) / RANK_LEVEL_RTOL)
+                ctrl_next.append(min(r["control: M rel err vs M_{jR+1}"]))
+                threshold_held.setdefault(f"R={R}, w={r['w_init']:g}", []).append(r["pattern_ok"])
+            ctrl_literal.append(r2["literal 'm divides R' mismatches"])
+            if R > 1:
+                # the rank-one pattern calls every plateau conspicuous (scale invariant)
+                ctrl_r1.append(int(np.sum(~mult & ~((f1 > 0) & (ratio >= 0.8) & (ratio <= 1.25)))))
+                ctrl_heads.append(int(np.sum(np.array(r2["grown heads at t=0, t_1..t_D"]) != np.arange(D + 1))))
+            rows[f"R={R}"].append({"f(w1)": f1.tolist(), "f(w2)": f2.tolist(), "ratio f(w2)/f(w1)": ratio.tolist(),
+                                   "run w1": r1, "run w2": r2})
+    counts = [parts[k] for k in list(parts)[:3]]
+    disc = max(parts["levels at conspicuous plateaus rel / tol"], parts["M at conspicuous plateaus rel / tol"])
+    passed = bool(disc <= 1.0 and sum(counts) == 0)
+    held = {k: f"{sum(v)}/{len(v)}" for k, v in threshold_held.items()}
     return Outcome(
-        measured={k: {"n_long": v["n_long"], "long": v["long"], "grown": v["grown heads at t=0, t_1..t_D"]}
+        measured={k: [{"ratio f(w2)/f(w1)": x["ratio f(w2)/f(w1)"],
+                       "grown (w2)": x["run w2"]["grown heads at t=0, t_1..t_D"]} for x in v]
                   for k, v in rows.items()},
-        predicted={f"R={R}": {"n_long": D // R, "long": (np.arange(D) % R == 0).tolist(),
-                              "grown": [int(np.ceil(m / R)) for m in range(D + 1)]} for R in (1, 2, 4)},
-        discrepancy=disc, tolerance=1.0, passed=bool(disc <= 1.0 and all_ok),
-        criterion=f"w_init = {w}: for each R the plateau at L(M_m), m = 0..D-1, is long (time within "
-                  f"the 2 %-of-gap band >= {LONG_FRACTION} tau/(lambda_(m+1)^2 w_init), the eq.-71 escape "
-                  "scale of a value weight; learning inside a grown head takes ~ w ln(v*/w)/v* ~ 5e-3 of "
-                  "it) exactly when m is a multiple of R, and exactly when a new head's |v| grows past "
-                  f"{GROWN_V} during drop m+1 (grown heads at t_m = ceil(m/R)); the loss at the flattest "
-                  "point of each long plateau and the final loss equal eq. 19 to 1e-3 relative",
-        controls=[Control("R = 1 pattern (long plateau before every drop) for R = 2, 4: plateaus "
-                          "it calls long that are short", float(min(ctrl_r1)), 0.0),
+        predicted={f"R={R}": {"conspicuous (ratio ~ 1)": (np.arange(D) % R == 0).tolist(),
+                              "grown": [int(np.ceil(m / R)) for m in range(D + 1)]} for R in ranks},
+        discrepancy=disc + float(sum(counts)), tolerance=1.0, passed=passed,
+        criterion=f"{draws} eq.-36 draw(s) per R, each at w_init = {w1:g} and {w2:g} (same draw scaled); "
+                  "f_m = time within the 2 %-of-gap band of L(M_m) / (tau/(lambda_(m+1)^2 w)): for m a "
+                  "multiple of R f_m > 0 and f_m(w2)/f_m(w1) in [0.8, 1.25] (a new value weight's escape "
+                  "scales as 1/w: ratio 1 up to O(w ln w)), otherwise f_m(w2) <= f_m(w1)/3 (learning inside "
+                  "a grown head scales as ln(1/w): predicted ratio ~0.13); ceil(m/R) value weights grown "
+                  f"past {GROWN_V} at drop m; violations counted (must be 0). Plus: at the flattest point "
+                  "of the j-th conspicuous plateau and at the end the loss equals conspicuous_plateau_loss "
+                  "and M equals rank_fixed_point_matrix(S = 1..jR) (Frobenius, relative to ||M_D||) within "
+                  f"{RANK_LEVEL_RTOL:g} (the flow is O(w_init^2) from the saddle there). discrepancy = the "
+                  "larger relative error / tol + the violation count",
+        controls=[Control("R = 1 pattern (every plateau conspicuous, ratio ~ 1) for R = 2, 4: brief "
+                          "plateaus that fail it (min over draws)", float(min(ctrl_r1)), 0.0),
                   Control("R = 1 head count (a new value weight in every drop) for R = 2, 4: "
-                          "mismatched counts", float(min(ctrl_heads)), 0.0)],
-        details={"parts": parts, "runs": rows, "w_init": w, "levels": levels.tolist()},
+                          "mismatched counts (min over draws)", float(min(ctrl_heads)), 0.0),
+                  Control("paper's literal 'm that divides R' (long at m >= 1 dividing R) vs the "
+                          "fixed-threshold classification: mismatched plateaus (min)", float(min(ctrl_literal)), 0.0),
+                  Control("M_{jR+1} (one direction more) in place of M_{jR} at the conspicuous "
+                          "plateaus: min relative error / tol", float(min(ctrl_next)) / RANK_LEVEL_RTOL, 1.0)],
+        details={"parts": parts, "fixed-threshold V13 pattern held (report only)": held,
+                 "runs": rows, "w_init": [w1, w2], "levels": levels.tolist()},
     )
 
 

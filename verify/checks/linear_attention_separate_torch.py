@@ -13,12 +13,16 @@ Contains
     (scalar) equals eq. S to float64 round-off.
 ``linear_attention.separate.torch_training``
     Online SGD of the layer from the eq.-36 draw the exact flow starts from: plateau levels
-    of the population loss vs eq. 19, drop times at ``t / tau = 2 eta k`` vs the flow.
+    of the population loss vs eq. 19, drop times at ``t / tau = 2 eta k`` vs the flow; the
+    run lasts past the flow's last drop (full profile: one rank per command with the
+    environment variable ``ATTN_S_TORCH_RANKS``).
 ``linear_attention.separate.torch_softmax_drops``
     Qualitative (Fig. 5b): the softmax layer trained from a small start shows several drops.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -184,6 +188,85 @@ def _window_level(Lam, N, run, p, j: int, half_width: float = WINDOW) -> float:
     return float(_cf("linear_attention.merged.loss", Lambda=Lam, N=N, M=M_bar))
 
 
+@dataclass(frozen=True)
+class TrainingSetting:
+    """Sizes of one :func:`torch_training` profile.
+
+    ``max_steps`` is a safety cap only: the run length comes from the exact flow
+    (:func:`flow_horizon`); reaching the cap is an error, never a silent truncation.
+    """
+
+    name: str
+    D: int
+    N: int
+    H: int
+    ranks: tuple
+    eig: tuple
+    w_init: float
+    eta: float
+    batch: int
+    log_every: int
+    max_steps: int
+
+
+#: Quick profile: D = H = 3, R = 1 (about 3000 steps for seed 0; the cap is ~7x that).
+QUICK_TRAINING = TrainingSetting("D=3, N=15, H=3, lambda ~ (3, 2, 1), trace 1", D=3, N=15, H=3,
+                                 ranks=(1,), eig=(3.0, 2.0, 1.0), w_init=5e-2, eta=0.5, batch=1000,
+                                 log_every=1, max_steps=20_000)
+#: Full profile, the Fig.-4 setting (R = 1 needs ~2.7e5 steps for seed 0; the cap is ~7x that).
+FULL_TRAINING = TrainingSetting("Fig. 4: D=8, N=31, H=9, lambda_d ~ 1/d, trace 1", D=8, N=31, H=9,
+                                ranks=(1, 2, 4, 8), eig=tuple(1.0 / np.arange(1, 9)), w_init=2e-2,
+                                eta=0.5, batch=4000, log_every=20, max_steps=2_000_000)
+#: Environment variable selecting the ranks of the full profile, e.g. ``8`` or ``4,2``
+#: (one rank per command keeps each under a 10-minute limit on a GPU); default all ranks.
+#: Each rank's start is drawn from its own stream, so a rank run alone reproduces the same
+#: rank in the all-ranks run.
+RANKS_ENV = "ATTN_S_TORCH_RANKS"
+
+
+def selected_ranks(setting: TrainingSetting, value: str | None) -> tuple:
+    """Ranks to run: ``value`` (comma-separated, from :data:`RANKS_ENV`) or all of ``setting``."""
+    if value is None or not value.strip():
+        return tuple(setting.ranks)
+    try:
+        ranks = tuple(int(x) for x in value.split(","))
+    except ValueError:
+        raise ValueError(f"{RANKS_ENV}: expected comma-separated ranks from {setting.ranks}, "
+                         f"got {value!r}") from None
+    bad = [r for r in ranks if r not in setting.ranks]
+    if bad or len(set(ranks)) != len(ranks):
+        raise ValueError(f"{RANKS_ENV}: expected distinct ranks from {setting.ranks}, got {value!r}")
+    return tuple(r for r in setting.ranks if r in ranks)
+
+
+def flow_horizon(Lam, N: int, v0, k0, q0, levels, t_start: float, t_cap: float,
+                 n_t: int = 2000) -> tuple[float, float]:
+    """Time of the exact flow's last drop, found by integrating to ``t_start``, then to 4x
+    that, ... until all ``D`` drops (midpoint crossings of ``levels``) have happened.
+
+    Returns ``(t_last, T)``, ``T`` the horizon that was integrated. Raises ``RuntimeError``
+    when the drops are not all made by ``t_cap`` (a safety cap, far above the expected
+    ``~ tau / (lambda_D^2 w_init)``).
+    """
+    from verify.flows import separate as fs
+
+    if not (np.isfinite(t_start) and np.isfinite(t_cap) and 0 < t_start):
+        raise ValueError(f"t_start: expected 0 < t_start and a finite t_cap, got {t_start!r}, {t_cap!r}")
+    T = min(float(t_start), float(t_cap))
+    while True:
+        grid = np.concatenate([[0.0], np.geomspace(min(1.0, T / 10), T, n_t)])
+        pre = fs.integrate(Lam, N, v0, k0, q0, t_eval=grid, method="LSODA")
+        drops = fs.plateaus(pre.t, pre.loss, levels).drop_times
+        if np.all(np.isfinite(drops)):
+            return float(drops[-1]), T
+        if T >= t_cap:
+            raise RuntimeError(
+                f"horizon: the exact flow made {int(np.sum(np.isfinite(drops)))} of {len(drops)} drops "
+                f"by t/tau = {T:.4g}, the safety cap (max_steps / {RUN_PAST_LAST_DROP} of "
+                "training); raise TrainingSetting.max_steps rather than cut the staircase short")
+        T = min(4.0 * T, float(t_cap))
+
+
 @check("linear_attention.separate.torch_training",
        covers=["linear_attention.separate.saddle_loss", "linear_attention.merged.loss"],
        method="torch", needs=("torch",),
@@ -205,50 +288,64 @@ def torch_training(ctx):
     2. each drop time (first crossing of the midpoint between consecutive levels) with the
        exact flow's, relative difference <= 10 %.
 
-    Plateau lengths depend on the draw (an O(1) factor, spec R7), so the run lasts 1.4 times
-    the flow's last drop time, capped; when the flow does not reach all ``D`` drops within
-    the cap, the drops it reaches and the plateaus they end are compared (at least 2 drops,
-    else the check fails); a drop or plateau the flow reaches and the layer does not fails.
+    Run length: plateau lengths depend on the draw (an O(1) factor, spec R7), so the exact
+    flow from the same start is integrated first until it has made all ``D`` drops
+    (:func:`flow_horizon`), and the layer is trained for 1.4 times the flow's last drop
+    time (``t / tau = 2 eta k``). ``max_steps`` of the setting is a safety cap about 7x the
+    expected length; if the flow needs more, the check stops with an error saying so.
 
-    Quick profile: ``D = H = 3``, ``R = 1``, ``N = 15``, eigenvalues ``(3, 2, 1) / 6`` with
-    random eigenvectors, ``w_init = 0.05``, ``eta = 0.5``, batch 1000; the run lasts 1.4 times
-    the exact flow's last drop time (at most 8000 steps; about 3000 for seed 0).
-    Full profile: the Fig.-4 setting ``D = 8``, ``N = 31``, ``H = 9``, ``R`` in (1, 2, 4, 8),
-    ``lambda_d`` proportional to ``1/d`` with trace 1 (random eigenvectors), ``w_init = 0.02``,
-    ``eta = 0.5``, batch 4000, 1.4 times the flow's last drop time (at most 1e5 steps), on
-    ``ctx.device``.
+    Quick profile (:data:`QUICK_TRAINING`): ``D = H = 3``, ``R = 1``, ``N = 15``, eigenvalues
+    ``(3, 2, 1) / 6`` with random eigenvectors, ``w_init = 0.05``, ``eta = 0.5``, batch 1000
+    (about 3000 steps for seed 0).
+    Full profile (:data:`FULL_TRAINING`): the Fig.-4 setting ``D = 8``, ``N = 31``, ``H = 9``,
+    ``R`` in (1, 2, 4, 8), ``lambda_d`` proportional to ``1/d`` with trace 1 (random
+    eigenvectors), ``w_init = 0.02``, ``eta = 0.5``, batch 4000, on ``ctx.device``. The
+    environment variable ``ATTN_S_TORCH_RANKS`` (e.g. ``8``) selects ranks, so that each
+    rank can run as its own command, e.g.
+    ``ATTN_S_TORCH_RANKS=8 python -m verify linear_attention.separate.torch_training
+    --profile full --device cuda``.
     """
+    import os
+
+    if ctx.profile == "full":
+        setting = FULL_TRAINING
+        ranks = selected_ranks(setting, os.environ.get(RANKS_ENV))
+    else:
+        setting, ranks = QUICK_TRAINING, QUICK_TRAINING.ranks
+    return run_training(ctx, setting, ranks)
+
+
+def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
+    """The body of :func:`torch_training` for one setting and a subset of its ranks."""
     from verify.flows import separate as fs
     from verify.models.linear_attention import train_online_sgd
     from verify.models.linear_attention_separate import SeparateLinearAttention
     from verify.tasks.in_context_regression import random_covariance
 
-    if ctx.profile == "full":
-        D, N, H, ranks = 8, 31, 9, (1, 2, 4, 8)
-        eig = 1.0 / np.arange(1, D + 1)
-        w_init, eta, batch, max_steps, log_every = 2e-2, 0.5, 4000, 100000, 20
-        setting = "Fig. 4: D=8, N=31, H=9, lambda_d ~ 1/d, trace 1"
-    else:
-        D, N, H, ranks = 3, 15, 3, (1,)
-        eig = np.array([3.0, 2.0, 1.0])
-        w_init, eta, batch, max_steps, log_every = 5e-2, 0.5, 1000, 8000, 1
-        setting = "D=3, N=15, H=3, lambda ~ (3, 2, 1), trace 1"
+    ranks = tuple(setting.ranks) if ranks is None else tuple(ranks)
+    if not ranks or any(R not in setting.ranks for R in ranks):
+        raise ValueError(f"ranks: expected a non-empty subset of {setting.ranks}, got {ranks}")
+    D, N, H = setting.D, setting.N, setting.H
+    w_init, eta, batch, log_every = setting.w_init, setting.eta, setting.batch, setting.log_every
+    max_steps = setting.max_steps
+    eig = np.asarray(setting.eig, dtype=np.float64)
     eig = eig / eig.sum()
     Lam = random_covariance(ctx.rng, eig)
+    # one stream per rank of the setting, so a rank's start does not depend on which others
+    # run: the first rank continues ctx.rng (after Lambda), the others get spawned streams
+    streams = dict(zip(setting.ranks, [ctx.rng] + ctx.spawn(len(setting.ranks) - 1)))
     levels = _saddles(Lam, N, D)
     levels_inf = np.array([eig[m:].sum() for m in range(D + 1)])
     device = ctx.device
+    t_cap = 2.0 * eta * max_steps / RUN_PAST_LAST_DROP
+    t_start = 20.0 / (float(eig[-1]) ** 2 * w_init)   # 20 x the eq.-71 scale of the last drop
     runs = {}
     parts, ctrl_map, ctrl_inf = {}, [], []
     for R in ranks:
-        v0, k0, q0 = fs.init_separate(ctx.rng, H, R, D, w_init)
-        # run length: past the exact flow's last drop (plateau lengths depend on the draw)
-        t_max = 2.0 * eta * max_steps
-        t_grid = np.concatenate([[0.0], np.geomspace(1.0, t_max, 2000)])
-        pre = fs.integrate(Lam, N, v0, k0, q0, t_eval=t_grid, method="LSODA")
-        t_last = fs.plateaus(pre.t, pre.loss, levels).drop_times[-1]
-        steps = max_steps if not np.isfinite(t_last) else \
-            min(max_steps, int(np.ceil(RUN_PAST_LAST_DROP * t_last / (2.0 * eta))))
+        v0, k0, q0 = fs.init_separate(streams[R], H, R, D, w_init)
+        # run length from the exact flow of this start: past its last drop, never cut short
+        t_last, T_flow = flow_horizon(Lam, N, v0, k0, q0, levels, t_start, t_cap)
+        steps = int(np.ceil(RUN_PAST_LAST_DROP * t_last / (2.0 * eta)))
         gen = ctx.torch_generator(device)
         att = SeparateLinearAttention(D, H, R, N, device=device).init_(gen, w_init).load_(v0, k0, q0)
         run = train_online_sgd(att, Lam, N, eta=eta, steps=steps, batch=batch, generator=gen,
@@ -257,18 +354,16 @@ def torch_training(ctx):
         pf = fs.plateaus(flow.t, flow.loss, levels, func=flow.loss_at)
         pt = fs.plateaus(run.t, run.loss, levels)
         pt_map = fs.plateaus(run.t / 2.0, run.loss, levels)
-        # compare what the exact flow reaches within the run: its first n drops, the
-        # plateaus that end with one of them, and the final level if it reaches them all
+        # the flow makes all D drops within the run (the horizon guarantees it; a missing one
+        # fails below); every conspicuous plateau (m a multiple of R) and the final level
         n = int(np.sum(np.isfinite(pf.drop_times)))
-        conspicuous = np.array([j for j in range(0, D + 1, R) if j < n or n == D], dtype=int)
+        conspicuous = np.array(sorted(set(range(0, D, R)) | {D}), dtype=int)
         lvl = np.array([_window_level(Lam, N, run, pt, j) for j in conspicuous])
         lvl_err = np.abs(lvl / levels[conspicuous] - 1.0)
         pos = levels_inf[conspicuous] > 0
         lvl_err_inf = np.abs(lvl[pos] / levels_inf[conspicuous][pos] - 1.0)
-        drop_err = np.abs(pt.drop_times[:n] / pf.drop_times[:n] - 1.0)
-        drop_err_map = np.abs(pt_map.drop_times[:n] / pf.drop_times[:n] - 1.0)
-        if n < min(2, D):  # too little of the staircase to test
-            drop_err = np.append(drop_err, np.inf)
+        drop_err = np.abs(pt.drop_times / pf.drop_times - 1.0)
+        drop_err_map = np.abs(pt_map.drop_times / pf.drop_times - 1.0)
         # a missing plateau or drop is a failure (NaN -> inf)
         lvl_max = _worst(lvl_err)
         drop_max = _worst(drop_err)
@@ -281,7 +376,8 @@ def torch_training(ctx):
                    "flow_drops_reached": n, "levels_measured": lvl.tolist(),
                    "level_rel_err": lvl_err.tolist(), "drops_torch": pt.drop_times.tolist(),
                    "drops_flow": pf.drop_times.tolist(), "drop_rel_err": drop_err.tolist(),
-                   "seconds": run.seconds, "steps": steps, "flow_last_drop": float(t_last),
+                   "seconds": run.seconds, "steps": steps, "flow_last_drop": t_last,
+                   "flow_horizon_integrated": T_flow,
                    "zero_blocks_end": [float(run.zero_v[-1]), float(run.zero_u[-1])]}
     disc = max(parts.values())
 
@@ -292,7 +388,7 @@ def torch_training(ctx):
                        **dict(zip("xy", _downsample(r["run"].t[1:], r["run"].loss[1:])))})
         series.append({"label": f"{lab}exact gradient flow", "style": ":",
                        **dict(zip("xy", _downsample(r["flow"].t[1:], r["flow"].loss[1:])))})
-    t_end = float(runs[ranks[0]]["run"].t[-1])
+    t_end = max(float(r["run"].t[-1]) for r in runs.values())
     t_first = float(runs[ranks[0]]["run"].t[1])
     series += [{"label": f"L(M_{m}) eq. 19", "style": "--", "x": [t_first, t_end], "y": [L, L]}
                for m, L in enumerate(levels)]
@@ -306,10 +402,10 @@ def torch_training(ctx):
         criterion=(
             "max over parts of (relative error / tolerance) <= 1: population loss of the trained "
             "layer's effective matrix averaged over t_flat(1 +- 5 %) at each conspicuous plateau "
-            "(m a multiple of R, among those the exact flow leaves within the run; the last over the "
-            "final 10 % of the run) vs eq. 19 within 1 % "
+            "(m a multiple of R; the last over the final 10 % of the run, which lasts 1.4 times the "
+            "exact flow's last drop) vs eq. 19 within 1 % "
             "(the remaining SGD noise excess and the O(w_init^2) pull of unlearned heads are "
-            "~1e-3), and drop times (first "
+            "~1e-3), and all D drop times (first "
             "crossing of the mid-level) at t/tau = 2 eta k vs the exact flow from the same start "
             "within 10 % (Euler bias O(eta lambda a v^2) and SGD timing noise)"),
         controls=[
@@ -319,14 +415,17 @@ def torch_training(ctx):
                     max(ctrl_inf), LEVEL_RTOL),
         ],
         details={
-            "setting": setting, "D": D, "N": N, "H": H, "ranks": list(ranks), "w_init": w_init,
-            "eta": eta, "batch": batch, "max_steps": max_steps, "device": str(device), "parts": parts,
+            "setting": setting.name, "D": D, "N": N, "H": H, "ranks": list(ranks),
+            "ranks of the setting": list(setting.ranks), "w_init": w_init,
+            "eta": eta, "batch": batch, "log_every": log_every, "max_steps (safety cap)": max_steps,
+            "run length": f"{RUN_PAST_LAST_DROP} x the exact flow's last drop time",
+            "device": str(device), "parts": parts,
             "eigenvalues": eig.tolist(), "levels_N_inf": levels_inf.tolist(),
             "per_rank": {f"R={R}": {k: v for k, v in r.items() if k not in ("run", "flow")}
                          for R, r in runs.items()},
         },
         figures={"loss": {"kind": "lines",
-                          "title": f"ATTN_S {setting}: online SGD (eta={eta}, batch {batch}) vs "
+                          "title": f"ATTN_S {setting.name}: online SGD (eta={eta}, batch {batch}) vs "
                                    "exact flow, L(M_m) dashed",
                           "xlabel": "t/τ", "ylabel": "population loss L(M)", "xscale": "log",
                           "series": series}},
