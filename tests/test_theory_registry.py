@@ -55,7 +55,9 @@ def _defaults():
         "d": 3,
         "L": 2,
         "R": 2,
+        "j": 1,
         ("a", "steps"): [0.4, 1.1],
+        ("b", "steps"): [0.5, 0.8],
     }
 
 
@@ -142,9 +144,13 @@ def test_numpy_mpmath_torch_agree(cf_id):
     torch_value = as_array(cf("torch", **kw))
     assert rel_err(value, reference) <= 1e-12
     assert rel_err(torch_value, reference) <= 1e-12
-    D = 3 if "Lambda" in cf.param_names else None
-    shape = {"scalar": (), "vector": (D * D,) if D else None,
-             "matrix": (D * D, D * D) if cf_id.endswith(".zz") else (D, D)}[cf.output]
+    values, dims = cf.validate(kw)
+    D = dims.get("D")
+    if cf.output == "vector":
+        size = cf.length(values, dims) if cf.length else int(sp.sympify(cf.expr.shape[0]).subs(dim(), D or 0))
+        shape = (size,)
+    else:
+        shape = {"scalar": (), "matrix": (D * D, D * D) if cf_id.endswith(".zz") else (D, D)}[cf.output]
     assert np.shape(value) == shape
     if cf.output == "scalar":
         assert isinstance(value, float)
