@@ -19,6 +19,8 @@ Kinds
     A real scalar (or array, for vectorised evaluation) > 0.
 ``nonnegative``
     A real scalar (or array) >= 0.
+``real``
+    A finite real scalar (or array) of either sign.
 ``subset``
     A list of distinct 1-based indices into the eigenvalues of the covariance in descending
     order (e.g. ``[1, 3]``); may be empty; each index <= D.
@@ -36,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative", "subset", "steps"]
+__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative", "real", "subset", "steps"]
 
 _SYMMETRY_RTOL = 1e-10
 
@@ -88,6 +90,7 @@ class Param:
             "index": f"integer >= {self.low}" + (f" and <= {self.high}" if self.high is not None else ""),
             "positive": "real > 0",
             "nonnegative": "real >= 0",
+            "real": "finite real number",
             "subset": "list of distinct 1-based eigen-direction indices (descending eigenvalues)",
             "steps": f"list of 1 to {self.high} real numbers",
         }[self.kind]
@@ -185,6 +188,14 @@ def _scalar(p: Param, value: Any, strict: bool):
     return out
 
 
+def _real(p: Param, value: Any):
+    if _is_torch(value):
+        _as_float_array(p, value.detach().cpu().numpy())
+        return value
+    arr = _as_float_array(p, value)
+    return float(arr) if arr.ndim == 0 else arr
+
+
 def _is_torch(value: Any) -> bool:
     return type(value).__module__.startswith("torch")
 
@@ -219,6 +230,7 @@ _VALIDATORS = {
     "index": _index,
     "positive": lambda p, v, d: _scalar(p, v, strict=True),
     "nonnegative": lambda p, v, d: _scalar(p, v, strict=False),
+    "real": lambda p, v, d: _real(p, v),
     "subset": _subset,
     "steps": _steps,
 }
@@ -242,6 +254,10 @@ def positive(name: str, doc: str) -> Param:
 
 def nonnegative(name: str, doc: str) -> Param:
     return Param(name, "nonnegative", doc)
+
+
+def real(name: str, doc: str) -> Param:
+    return Param(name, "real", doc)
 
 
 def subset(name: str, doc: str) -> Param:

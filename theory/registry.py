@@ -32,6 +32,9 @@ TOPICS = (
     "theory.preconditioned_gd.single_layer",
     "theory.preconditioned_gd.multi_layer",
     "theory.preconditioned_gd.relu",
+    "theory.localization.moments",
+    "theory.localization.probability",
+    "theory.localization.gradient",
 )
 
 _REGISTRY: dict[str, "ClosedForm"] = {}

@@ -26,8 +26,8 @@ def sym(name: str):
 
     Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``) and the eigen-projectors
     (``P``, ``P_prev``, ``E_m``) are D x D MatrixSymbols; ``D`` is :func:`dim`; ``N_max``,
-    ``m``, ``n``, ``d``, ``L``, ``R`` are positive integers; ``t`` is nonnegative; the step sizes
-    ``a_0, a_1, ...`` (and ``b_l``, ``c_l``) are real; everything else is a positive real symbol.
+    ``m``, ``n``, ``d``, ``L``, ``R``, ``i``, ``T`` are positive integers; ``t`` is nonnegative; the step sizes
+    ``a_0, a_1, ...`` (and ``b_l``, ``c_l``), ``xi`` and ``trW`` are real; everything else is a positive real symbol.
     """
     import sympy as sp
 
@@ -46,7 +46,7 @@ def sym(name: str):
 
 
 _MATRICES = {"Lambda", "Lambda_q", "M", "A", "Sigma", "P", "P_prev", "E_m"}
-_INTEGERS = {"N_max", "m", "n", "d", "L", "R"}
+_INTEGERS = {"N_max", "m", "n", "d", "L", "R", "i", "T"}
 _NONNEGATIVE = {"t"}
 #: Real symbols of either sign: preconditioned-GD step sizes ``a_l`` and GD++ scales ``b_l``.
-_REALS = {f"{x}_{l}" for x in "abc" for l in range(8)}
+_REALS = {f"{x}_{l}" for x in "abc" for l in range(8)} | {"xi", "trW"}

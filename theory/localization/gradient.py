@@ -1,0 +1,1 @@
+"""Placeholder: records are added here (Bao et al. 2024)."""
