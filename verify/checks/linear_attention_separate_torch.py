@@ -207,12 +207,17 @@ class TrainingSetting:
     batch: int
     log_every: int
     max_steps: int
+    #: starts drawn (from the same stream) until the flow's staircase fits under the cap;
+    #: 1 = the first draw or an error. The quick profile allows redraws so that its budget holds
+    #: for every seed; the comparison torch vs flow is always on the same start.
+    max_draws: int = 1
 
 
-#: Quick profile: D = H = 3, R = 1 (about 3000 steps for seed 0; the cap is ~7x that).
+#: Quick profile: D = H = 3, R = 1 (about 3000 steps for seed 0; the cap is ~7x that; batch
+#: 2000 keeps the SGD noise excess at the short second plateau well under the 1 % tolerance).
 QUICK_TRAINING = TrainingSetting("D=3, N=15, H=3, lambda ~ (3, 2, 1), trace 1", D=3, N=15, H=3,
-                                 ranks=(1,), eig=(3.0, 2.0, 1.0), w_init=5e-2, eta=0.5, batch=1000,
-                                 log_every=1, max_steps=20_000)
+                                 ranks=(1,), eig=(3.0, 2.0, 1.0), w_init=5e-2, eta=0.5, batch=2000,
+                                 log_every=1, max_steps=20_000, max_draws=5)
 #: Full profile, the Fig.-4 setting (R = 1 needs ~2.7e5 steps for seed 0; the cap is ~7x that).
 FULL_TRAINING = TrainingSetting("Fig. 4: D=8, N=31, H=9, lambda_d ~ 1/d, trace 1", D=8, N=31, H=9,
                                 ranks=(1, 2, 4, 8), eig=tuple(1.0 / np.arange(1, 9)), w_init=2e-2,
@@ -295,8 +300,10 @@ def torch_training(ctx):
     expected length; if the flow needs more, the check stops with an error saying so.
 
     Quick profile (:data:`QUICK_TRAINING`): ``D = H = 3``, ``R = 1``, ``N = 15``, eigenvalues
-    ``(3, 2, 1) / 6`` with random eigenvectors, ``w_init = 0.05``, ``eta = 0.5``, batch 1000
-    (about 3000 steps for seed 0).
+    ``(3, 2, 1) / 6`` with random eigenvectors, ``w_init = 0.05``, ``eta = 0.5``, batch 2000
+    (about 3000 steps for seed 0; at batch 1000 the SGD noise made the second plateau of
+    some starts end 1-2 % below eq. 19, e.g. seed 1); starts whose staircase does not fit
+    under the cap are redrawn (at most 4 times, reported).
     Full profile (:data:`FULL_TRAINING`): the Fig.-4 setting ``D = 8``, ``N = 31``, ``H = 9``,
     ``R`` in (1, 2, 4, 8), ``lambda_d`` proportional to ``1/d`` with trace 1 (random
     eigenvectors), ``w_init = 0.02``, ``eta = 0.5``, batch 4000, on ``ctx.device``. The
@@ -339,12 +346,19 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
     device = ctx.device
     t_cap = 2.0 * eta * max_steps / RUN_PAST_LAST_DROP
     t_start = 20.0 / (float(eig[-1]) ** 2 * w_init)   # 20 x the eq.-71 scale of the last drop
-    runs = {}
+    runs, redraws = {}, {}
     parts, ctrl_map, ctrl_inf = {}, [], []
     for R in ranks:
-        v0, k0, q0 = fs.init_separate(streams[R], H, R, D, w_init)
         # run length from the exact flow of this start: past its last drop, never cut short
-        t_last, T_flow = flow_horizon(Lam, N, v0, k0, q0, levels, t_start, t_cap)
+        for draw in range(setting.max_draws):
+            v0, k0, q0 = fs.init_separate(streams[R], H, R, D, w_init)
+            try:
+                t_last, T_flow = flow_horizon(Lam, N, v0, k0, q0, levels, t_start, t_cap)
+                break
+            except RuntimeError:
+                if draw == setting.max_draws - 1:
+                    raise
+        redraws[R] = draw
         steps = int(np.ceil(RUN_PAST_LAST_DROP * t_last / (2.0 * eta)))
         gen = ctx.torch_generator(device)
         att = SeparateLinearAttention(D, H, R, N, device=device).init_(gen, w_init).load_(v0, k0, q0)
@@ -358,8 +372,13 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
         # fails below); every conspicuous plateau (m a multiple of R) and the final level
         n = int(np.sum(np.isfinite(pf.drop_times)))
         conspicuous = np.array(sorted(set(range(0, D, R)) | {D}), dtype=int)
+        # a plateau the exact flow from this start passes without lingering at the saddle
+        # (its flattest level off eq. 19 by more than a tenth of the tolerance) cannot test
+        # eq. 19: it is reported, not compared
+        flow_lvl = pf.level_at_flattest[conspicuous]
+        resolved = np.abs(flow_lvl / levels[conspicuous] - 1.0) <= 0.1 * LEVEL_RTOL
         lvl = np.array([_window_level(Lam, N, run, pt, j) for j in conspicuous])
-        lvl_err = np.abs(lvl / levels[conspicuous] - 1.0)
+        lvl_err = np.where(resolved, np.abs(lvl / levels[conspicuous] - 1.0), 0.0)
         pos = levels_inf[conspicuous] > 0
         lvl_err_inf = np.abs(lvl[pos] / levels_inf[conspicuous][pos] - 1.0)
         drop_err = np.abs(pt.drop_times / pf.drop_times - 1.0)
@@ -372,7 +391,10 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
         ctrl_map.append(_worst(drop_err_map))
         # zero levels (m = D, N -> inf) are excluded from the relative control
         ctrl_inf.append(_worst(lvl_err_inf))
-        runs[R] = {"run": run, "flow": flow, "compared_plateaus": conspicuous.tolist(),
+        runs[R] = {"run": run, "flow": flow, "compared_plateaus": conspicuous[resolved].tolist(),
+                   "plateaus_not_resolved_by_the_flow": conspicuous[~resolved].tolist(),
+                   "flow_levels_at_flattest": flow_lvl.tolist(),
+                   "torch_levels_at_flattest (single iterate)": pt.level_at_flattest[conspicuous].tolist(),
                    "flow_drops_reached": n, "levels_measured": lvl.tolist(),
                    "level_rel_err": lvl_err.tolist(), "drops_torch": pt.drop_times.tolist(),
                    "drops_flow": pf.drop_times.tolist(), "drop_rel_err": drop_err.tolist(),
@@ -402,7 +424,8 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
         criterion=(
             "max over parts of (relative error / tolerance) <= 1: population loss of the trained "
             "layer's effective matrix averaged over t_flat(1 +- 5 %) at each conspicuous plateau "
-            "(m a multiple of R; the last over the final 10 % of the run, which lasts 1.4 times the "
+            "(m a multiple of R, where the exact flow from the same start sits within 0.1 % of eq. 19; "
+            "the last over the final 10 % of the run, which lasts 1.4 times the "
             "exact flow's last drop) vs eq. 19 within 1 % "
             "(the remaining SGD noise excess and the O(w_init^2) pull of unlearned heads are "
             "~1e-3), and all D drop times (first "
@@ -418,6 +441,7 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
             "setting": setting.name, "D": D, "N": N, "H": H, "ranks": list(ranks),
             "ranks of the setting": list(setting.ranks), "w_init": w_init,
             "eta": eta, "batch": batch, "log_every": log_every, "max_steps (safety cap)": max_steps,
+            "redrawn_starts_per_rank (staircase beyond the cap)": redraws,
             "run length": f"{RUN_PAST_LAST_DROP} x the exact flow's last drop time",
             "device": str(device), "parts": parts,
             "eigenvalues": eig.tolist(), "levels_N_inf": levels_inf.tolist(),
