@@ -3,7 +3,7 @@
 Three tiers, cheapest first:
 
 1. scalar expressions: ``cancel``/``simplify`` of the difference;
-2. functions of one covariance Lambda: equality of the spectral images
+2. functions of one covariance (Lambda, or Sigma): equality of the spectral images
    (:func:`theory.matrices.spectral`), exact for every D;
 3. anything else with matrices: explicit matrices of symbols at D = 2 and 3, entry by entry.
 """
@@ -61,7 +61,10 @@ def equal(a: sp.Basic, b: sp.Basic) -> bool:
         if not _numerically_close(a, b):
             return False
         return is_zero(a - b)
-    Lam = sym("Lambda")
+    mats = {m.name for e in (a, b) for m in e.atoms(sp.MatrixSymbol)}
+    # the covariance the spectral map acts on: Lambda, or Sigma in forms that have no Lambda
+    cov = "Sigma" if "Sigma" in mats and "Lambda" not in mats else "Lambda"
+    Lam = sym(cov)
     lam = sp.Symbol("lambda", positive=True)
     proj = _projectors()
     try:
@@ -76,9 +79,8 @@ def equal(a: sp.Basic, b: sp.Basic) -> bool:
                 return True
         except ValueError:
             pass
-    mats = {m.name for e in (a, b) for m in e.atoms(sp.MatrixSymbol)}
-    if mats <= {"Lambda"}:
-        # a function of Lambda alone is orthogonally equivariant: diagonal Lambda suffices
+    if mats <= {cov}:
+        # a function of one covariance is orthogonally equivariant: a diagonal one suffices
         for d in (2, 3):
             diag = sp.diag(*[sp.Symbol(f"lambda_{i}", positive=True) for i in range(d)])
             ea, eb = (_at(e, Lam, diag, d) for e in (a, b))

@@ -1,1 +1,430 @@
-"""Placeholder: records are added here (Ahn et al. 2023)."""
+"""L-layer linear transformers on the critical set of Theorem 3 (Ahn, Cheng, Daneshmand, Sra 2023).
+
+Setting (§4.2, Theorem 3): covariates ``x ~ N(0, Sigma)``, task ``w* ~ N(0, Sigma^{-1})``,
+noiseless labels, ``n`` context examples, the sparse layers of eq. 8
+``P_l = E_{d+1,d+1}``, ``Q_l = -[[A_l, 0], [0, 0]]`` with step sizes ``a_l`` in the eq.-8
+convention (the ``1/n`` of the attention included), loss ``f = E (TF_L - y_q)^2`` (no 1/2;
+the "+" of eq. 5 is a sign typo). By Lemma 1 (with ``A_l^T``, equal to ``A_l`` here) the
+transformer runs preconditioned GD ``w_{l+1} = w_l - A_l S (w_l - w*)``, ``TF_L = <x_q, w_L>``.
+
+What is derived here (not retyped):
+
+* the Wishart trace moments ``m_k = E tr S_u^k`` (``S_u`` the covariance of ``n`` white
+  samples) by Wick pairings (:mod:`.wishart`);
+* the exact loss on ``S = {A_l = a_l Sigma^{-1}}``: whitening ``x = W u``, ``w* = W^{-T} v``
+  (``Sigma = W W^T``) gives ``TF_L - y_q = -u_q^T prod_l (I - a_l S_u) v``, so with
+  ``E[v v^T] = E[u_q u_q^T] = I``, ``f(a) = E tr prod_l (I - a_l S_u)^2`` (the factors commute),
+  ``= sum_{j,k} c_j c_k m_{j+k}`` with ``prod_l (1 - a_l s) = sum_k c_k s^k`` (spec §2.5,
+  consequence 2). Sigma drops out;
+* the optimal steps: ``f`` is ``int p^2 dmu`` over polynomials ``p(0) = 1`` of degree ``L``
+  (``mu`` the expected spectral measure of ``S_u``), minimised by the kernel polynomial
+  ``c_{1..L} = -H^{-1} g``, ``H_{jk} = m_{j+k}``, ``g_k = m_k``; ``a_l = 1 / root_l(p)`` and
+  ``f*_L = d - g^T H^{-1} g``;
+* the gradient on ``S``: ``grad_{A_l} f = g_l Sigma`` (Theorem 3's proof, B.2: the rotation
+  average of the gradient), hence ``df/da_l = <grad_{A_l} f, Sigma^{-1}> = d g_l``;
+* Theorem 2 (two layers, ``Sigma = I``, symmetric ``A_l``): the optimum is scalar
+  ``A_l = a_l I``, the ``L = 2`` case of the above with ``a_0 + a_1 = -c_1``, ``a_0 a_1 = c_2``.
+
+Contains
+--------
+``preconditioned_gd.wishart.trace_moments``, ``preconditioned_gd.multi_layer.loss``,
+``.optimal_steps``, ``.optimal_loss``, ``.gradient_scales``, ``preconditioned_gd.gdpp.loss``,
+``preconditioned_gd.two_layer.step_sum``, ``.step_product``, ``.optimal_loss``.
+
+References
+----------
+.. [1] K. Ahn, X. Cheng, H. Daneshmand, S. Sra, "Transformers learn to implement
+   preconditioned gradient descent for in-context learning", NeurIPS 2023,
+   Theorems 2 and 3, Lemmas 1 and 4, App. B.1-B.2.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from ..params import index, steps
+from ..registry import ClosedForm, register
+from .wishart import normalized_moment, trace_moment
+
+__all__ = ["MAX_LAYERS", "moments", "kernel_coefficients", "spectral_loss", "derive_loss",
+           "optimal_kernel", "derive_optimal_loss_of", "optimal_steps_of", "derive_optimal_steps",
+           "derive_optimal_loss", "derive_gradient_scales"]
+
+PAPER = "Ahn, Cheng, Daneshmand, Sra 2023"
+#: Largest number of layers with closed forms here (the loss needs m_1..m_{2L}).
+MAX_LAYERS = 3
+
+N_CTX = index("n", "Context length (examples before the query).")
+D_DIM = index("d", "Covariate dimension.")
+LAYERS = index("L", "Number of layers.", low=1, high=MAX_LAYERS)
+STEPS = steps("a", "Step sizes a_0, ..., a_{L-1} of the layers (A_l = a_l Sigma^{-1}, eq.-8 convention "
+                   "including the 1/n); one entry per layer.", high=MAX_LAYERS)
+
+
+def _sym(name):
+    from ..symbols import sym
+
+    return sym(name)
+
+
+def _padded_steps(values, dims):
+    a = tuple(values["a"]) + (0.0,) * (MAX_LAYERS - len(values["a"]))
+    return {f"a_{l}": a[l] for l in range(MAX_LAYERS)}
+
+
+# -- moments and the loss ---------------------------------------------------------------
+@cache
+def moments(K: int = 2 * MAX_LAYERS) -> tuple:
+    """``(m_0, ..., m_K)`` with ``m_0 = d`` and ``m_k = E tr S_u^k``."""
+    n, d = _sym("n"), _sym("d")
+    return tuple(normalized_moment(k, n, d) for k in range(K + 1))
+
+
+def kernel_coefficients(a) -> list:
+    """Coefficients ``c_0..c_L`` of ``prod_l (1 - a_l s)`` (``c_0 = 1``)."""
+    import sympy as sp
+
+    s = sp.Dummy("s")
+    poly = sp.Poly(sp.Mul(*[1 - al * s for al in a]), s)
+    return [poly.coeff_monomial(s**k) for k in range(len(a) + 1)]
+
+
+def spectral_loss(c, m):
+    """``sum_{j,k} c_j c_k m_{j+k}``: ``E tr p(S_u)^2`` for ``p(s) = sum_k c_k s^k``."""
+    import sympy as sp
+
+    return sp.Add(*[c[j] * c[k] * m[j + k] for j in range(len(c)) for k in range(len(c))])
+
+
+def derive_loss():
+    """``f(a_0, a_1, a_2) = E tr prod_l (I - a_l S_u)^2``: the L = 3 polynomial; a zero step is
+    an identity layer, so it is the L-layer loss for the first L steps padded with zeros."""
+    a = [_sym(f"a_{l}") for l in range(MAX_LAYERS)]
+    return spectral_loss(kernel_coefficients(a), moments(2 * MAX_LAYERS))
+
+
+def stable_loss():
+    """The loss expanded around ``S_u = I``: ``sum_{j,k} b_j b_k mu_{j+k}`` with
+    ``prod_l (1 - a_l (1 + e)) = sum_k b_k e^k`` and the central moments
+    ``mu_k = E tr (S_u - I)^k`` (cancelled exactly in sympy; ``mu_k = O(n^{-k/2})`` for even k).
+
+    The raw-moment form sums terms of size ~d to a loss that can be ~1e-3 (large n near the
+    optimum), losing ~4 digits in float64; this form keeps the small quantities separate.
+    Equal to :func:`derive_loss` (proved by the symbolic check)."""
+    import sympy as sp
+
+    a = [_sym(f"a_{l}") for l in range(MAX_LAYERS)]
+    m = moments(2 * MAX_LAYERS)
+    e = sp.Dummy("e")
+    poly = sp.Poly(sp.Mul(*[1 - al * (1 + e) for al in a]), e)
+    b = [poly.coeff_monomial(e**k) for k in range(MAX_LAYERS + 1)]
+    mu = [sp.factor(sp.cancel(sp.Add(*[sp.binomial(k, i) * (-1) ** (k - i) * m[i] for i in range(k + 1)])))
+          for k in range(2 * MAX_LAYERS + 1)]
+    return sp.Add(*[b[j] * b[k] * mu[j + k] for j in range(len(b)) for k in range(len(b))])
+
+
+def derive_gradient_scales():
+    """``g_l = (df/da_l) / d``: the scalar with ``grad_{A_l} f = g_l Sigma`` on the set S."""
+    import sympy as sp
+
+    f, d = derive_loss(), _sym("d")
+    return sp.ImmutableMatrix([sp.expand(sp.diff(f, _sym(f"a_{l}"))) / d for l in range(MAX_LAYERS)])
+
+
+# -- the optimum over S -------------------------------------------------------------------
+def _hankel(M, L: int, start: int):
+    """``(M_{i+j+start})_{i,j<L}`` as a DomainMatrix over ZZ[d, n] (fast exact determinants)."""
+    import sympy as sp
+    from sympy.polys.matrices import DomainMatrix
+
+    return DomainMatrix.from_Matrix(sp.Matrix(L, L, lambda i, j: M[i + j + start]))
+
+
+def _ratio(K, num, den):
+    """``num / den`` (elements of the polynomial ring ``K``) in lowest terms, as sympy."""
+    g = K.gcd(num, den)
+    return K.to_sympy(K.exquo(num, g)) / K.to_sympy(K.exquo(den, g))
+
+
+@cache
+def optimal_kernel(L: int) -> tuple:
+    """``(c_1, ..., c_L)`` of the kernel polynomial: ``c = -H^{-1} g`` with ``H_{jk} = m_{j+k}``,
+    ``g_k = m_k`` (``j, k = 1..L``), as reduced rational functions of ``n, d``.
+
+    Solved with the unnormalised moments ``M_k = E tr W^k = n^k m_k`` (polynomials): with
+    ``Dn = diag(n^-j)``, ``H = Dn Mh Dn`` and ``g = Dn Mg``, so ``c_j = -n^j (Mh^{-1} Mg)_j``,
+    by the adjugate over the polynomial ring ``ZZ[d, n]``.
+    """
+    n, d = _sym("n"), _sym("d")
+    M = [trace_moment(k, n, d) for k in range(2 * L + 1)]
+    H = _hankel(M, L, 2)
+    K = H.domain
+    g = [K.from_sympy(M[k + 1]) for k in range(L)]
+    det, adj = H.det(), H.adjugate()
+    y = [sum((adj[j, k].element * g[k] for k in range(L)), K.zero) for j in range(L)]
+    return tuple(_ratio(K, K.from_sympy(-n ** (j + 1)) * y[j], det) for j in range(L))
+
+
+@cache
+def derive_optimal_loss_of(L: int):
+    """``f*_L = d - g^T H^{-1} g`` (the kernel polynomial's loss).
+
+    The Schur complement of ``H`` in the full Hankel matrix ``(m_{i+j})_{i,j=0..L}``
+    (``m_0 = d``), so ``f*_L = det(m_{i+j})_{0..L} / det(m_{i+j})_{1..L}``; the powers of
+    ``n`` cancel between the two, so it is computed with ``M_k = E tr W^k``.
+    """
+    n, d = _sym("n"), _sym("d")
+    M = [trace_moment(k, n, d) for k in range(2 * L + 1)]
+    full, minor = _hankel(M, L + 1, 0), _hankel(M, L, 2)
+    K = full.domain.unify(minor.domain)
+    return _ratio(K, K.convert(full.det()), K.convert(minor.det()))
+
+
+@cache
+def optimal_steps_of(L: int) -> tuple:
+    """The L optimal steps in ascending order: the roots of ``q(a) = a^L + c_1 a^{L-1} + ... + c_L``
+    (``a = 1/s`` for each root ``s`` of the kernel polynomial ``p``).
+
+    ``L = 1``: ``-c_1``; ``L = 2``: the quadratic formula; ``L = 3``: the trigonometric
+    (Viete) form of the three real roots of a cubic, real arithmetic only. The roots are real,
+    positive and distinct: they are the reciprocals of the zeros of the degree-L orthogonal
+    polynomial of ``s mu(ds)`` (kernel polynomial), inside the support of ``mu``.
+    """
+    import sympy as sp
+
+    c = optimal_kernel(L)
+    if L == 1:
+        return (-c[0],)
+    if L == 2:
+        disc = c[0] ** 2 - 4 * c[1]  # left a sum of ratios: evaluates in floating point
+        return ((-c[0] - sp.sqrt(disc)) / 2, (-c[0] + sp.sqrt(disc)) / 2)
+    if L == 3:
+        # a = t - c1/3: t^3 + p t + q = 0 with p < 0 (three real roots)
+        p = c[1] - c[0] ** 2 / 3
+        q = 2 * c[0] ** 3 / 27 - c[0] * c[1] / 3 + c[2]
+        r = 2 * sp.sqrt(-p / 3)
+        theta = sp.acos(3 * q / (p * r))  # (3q / 2p) sqrt(-3/p) = 3q / (p r)
+        shift = -c[0] / 3
+        root = [r * sp.cos(theta / 3 - 2 * sp.pi * k / 3) + shift for k in range(3)]
+        return (root[2], root[1], root[0])  # theta/3 in [0, pi/3]: k = 2 smallest, k = 1 middle, k = 0 largest
+    raise ValueError(f"L: must be <= {MAX_LAYERS}, got {L}")
+
+
+def _by_layers(values_per_L):
+    """``Piecewise`` over ``L = 1..MAX_LAYERS`` (the last one as the default branch)."""
+    import sympy as sp
+
+    L = _sym("L")
+    branches = [(v, sp.Eq(L, k + 1)) for k, v in enumerate(values_per_L[:-1])]
+    return sp.Piecewise(*branches, (values_per_L[-1], True))
+
+
+def derive_optimal_steps():
+    """3-vector: entry ``l`` is the ``l``-th smallest optimal step for ``L > l`` (0 padding)."""
+    import sympy as sp
+
+    per_L = [optimal_steps_of(L) for L in range(1, MAX_LAYERS + 1)]
+    return sp.ImmutableMatrix([_by_layers([s[l] if l < len(s) else sp.S.Zero for s in per_L])
+                      for l in range(MAX_LAYERS)])
+
+
+def derive_optimal_loss():
+    return _by_layers([derive_optimal_loss_of(L) for L in range(1, MAX_LAYERS + 1)])
+
+
+def derive_trace_moments():
+    import sympy as sp
+
+    return sp.ImmutableMatrix(moments(2 * MAX_LAYERS)[1:])
+
+
+# -- Theorem 4 (GD++): the two-layer loss on {A_l = a_l Sigma^{-1}, B_l = b_l I} ---------------
+def gdpp_residual(a, b, s):
+    """``r(s)`` of GD++ (eq. 11: ``Q_l = +[[A_l, 0], [0, 0]]``, ``P_l = [[B_l, 0], [0, 1]]``) on
+    ``A_l = a_l Sigma^{-1}``, ``B_l = b_l I``: ``p_0 = 1``, ``p_{l+1} = p_l (1 + a_l b_l s p_l^2)``,
+    ``r(s) = prod_l (1 + a_l s p_l(s)^2)`` (``s`` an eigenvalue of ``S_u``).
+
+    Whitening ``X_l = W U_l`` turns layer l into ``U_{l+1} = (I + a_l b_l S_l) U_l`` with
+    ``S_l = (1/n) U_l M U_l^T = S_u p_l(S_u)^2``, and the label row into
+    ``(I + a_l S_l)`` acting on the residual; all factors are functions of ``S_u``.
+    """
+    r, p = 1, 1
+    for l, al in enumerate(a):
+        r = r * (1 + al * s * p**2)
+        if l < len(a) - 1:
+            p = p * (1 + al * b[l] * s * p**2)
+    return r
+
+
+def derive_gdpp_loss():
+    """``E sum_k r(s_k)^2`` for two GD++ layers: ``r^2`` has degree 8 in ``s``, so the loss is
+    ``sum_j e_j m_j`` over the Wishart moments ``m_0..m_8``. ``B_1`` never reaches the output."""
+    import sympy as sp
+
+    n, d = _sym("n"), _sym("d")
+    a, b = [_sym("a_0"), _sym("a_1")], [_sym("b_0")]
+    s = sp.Dummy("s")
+    poly = sp.Poly(sp.expand(gdpp_residual(a, b, s) ** 2), s)
+    return sp.Add(*[poly.coeff_monomial(s**k) * normalized_moment(k, n, d) for k in range(poly.degree() + 1)])
+
+
+def _gdpp_values(values, dims):
+    a, b = values["a"], values["b"]
+    if len(b) != len(a):
+        raise ValueError(f"b: expected one scale per layer ({len(a)}), got {len(b)}")
+    a = tuple(a) + (0.0,) * (2 - len(a))
+    return {"a_0": a[0], "a_1": a[1], "b_0": b[0]}
+
+
+# -- Theorem 2: the printed rational forms of spec §2.4 -----------------------------------
+def _delta(n, d):
+    return (d**3 * n + d**3 + d**2 * n**2 + 5 * d**2 * n + 10 * d**2 + d * n**3 + 5 * d * n**2
+            + 17 * d * n + 17 * d + n**3 + 10 * n**2 + 17 * n + 4)
+
+
+def printed_step_sum():
+    n, d = _sym("n"), _sym("d")
+    return 2 * n * (d**2 * n + d**2 + d * n**2 + 4 * d * n + 7 * d + n**2 + 7 * n + 8) / _delta(n, d)
+
+
+def printed_step_product():
+    n, d = _sym("n"), _sym("d")
+    return n**2 * (d * n + d + n + 3) / _delta(n, d)
+
+
+def printed_two_layer_loss():
+    n, d = _sym("n"), _sym("d")
+    return d * (d**3 * n + d**3 + 4 * d**2 * n + 10 * d**2 + 7 * d * n + 17 * d + 4 * n + 4) / _delta(n, d)
+
+
+# -- records ------------------------------------------------------------------------------
+register(ClosedForm(
+    id="preconditioned_gd.wishart.trace_moments",
+    title="Wishart trace moments m_k = E tr S_u^k, k = 1..6",
+    source=f"{PAPER}, App. B.2 (moments entering the loss on S) [derived]",
+    status="exact",
+    params=(N_CTX, D_DIM),
+    derive=derive_trace_moments,
+    output="vector",
+    doc="S_u = (1/n) sum_{i<=n} u_i u_i^T with u_i ~ N(0, I_d), i.e. W/n with W ~ W_d(n, I). "
+        "Counted by Wick pairings of the 2k Gaussian entries of tr (G G^T)^k (genus expansion "
+        "over all matchings, twisted ones included); output [m_1, ..., m_6].",
+))
+
+register(ClosedForm(
+    id="preconditioned_gd.multi_layer.loss",
+    title="Loss of L <= 3 sparse layers on the set A_l = a_l Sigma^{-1}",
+    source=f"{PAPER}, Theorem 3, eq. 8 and App. B.2 [loss derived]",
+    status="exact",
+    params=(N_CTX, D_DIM, STEPS),
+    derive=derive_loss,
+    stable=stable_loss,
+    derived=_padded_steps,
+    derived_names=tuple(f"a_{l}" for l in range(MAX_LAYERS)),
+    doc="x ~ N(0, Sigma), w* ~ N(0, Sigma^{-1}), noiseless; f = E (TF_L - y_q)^2 with "
+        "TF_L = <x_q, w_L> after L preconditioned-GD steps with A_l = a_l Sigma^{-1}. "
+        "f(a) = E tr prod_l (I - a_l S_u)^2 = sum_{j,k} c_j c_k m_{j+k}, independent of Sigma. "
+        "The expression is the L = 3 polynomial in (a_0, a_1, a_2); a layer with a_l = 0 is the "
+        "identity, so padding the L given steps with zeros gives the L-layer loss. Symmetric in "
+        "the a_l (Lemma 4: the layers commute on S).",
+))
+
+register(ClosedForm(
+    id="preconditioned_gd.multi_layer.optimal_steps",
+    title="Optimal step sizes on S (ascending), L = 1..3",
+    source=f"{PAPER}, Theorem 3 [values derived: kernel polynomial]",
+    status="exact",
+    params=(N_CTX, D_DIM, LAYERS),
+    derive=derive_optimal_steps,
+    output="vector",
+    length=lambda values, dims: values["L"],
+    doc="The minimiser of f over S: a_l = 1/root_l of the kernel polynomial p(s) = 1 + sum c_k s^k, "
+        "c = -H^{-1} g (H_{jk} = m_{j+k}, g_k = m_k). L = 1: n/(n+d+1); L = 2: quadratic formula; "
+        "L = 3: trigonometric (Viete) roots of the cubic. Any order of them is optimal (Lemma 4). "
+        "The expression is a padded 3-vector of Piecewise-in-L entries; L entries are returned.",
+))
+
+register(ClosedForm(
+    id="preconditioned_gd.multi_layer.optimal_loss",
+    title="Optimal loss on S, f*_L = d - g^T H^{-1} g, L = 1..3",
+    source=f"{PAPER}, Theorem 3 [value derived]",
+    status="exact",
+    params=(N_CTX, D_DIM, LAYERS),
+    derive=derive_optimal_loss,
+    doc="L = 1: d(d+1)/(n+d+1) (the single-layer optimum under w* ~ N(0, Sigma^{-1})). "
+        "n = 20, d = 5: 15/13, 1795/4969, 12138645/90852389.",
+))
+
+register(ClosedForm(
+    id="preconditioned_gd.multi_layer.gradient_scales",
+    title="Gradient on S: grad_{A_l} f = g_l Sigma, the scalars g_0..g_{L-1}",
+    source=f"{PAPER}, Theorem 3 and App. B.2 [g_l derived]",
+    status="exact",
+    params=(N_CTX, D_DIM, STEPS),
+    derive=derive_gradient_scales,
+    output="vector",
+    derived=_padded_steps,
+    derived_names=tuple(f"a_{l}" for l in range(MAX_LAYERS)),
+    length=lambda values, dims: len(values["a"]),
+    doc="Frobenius gradient with respect to the full d x d matrix A_l at A = (a_l Sigma^{-1}). "
+        "B.2's rotation argument makes it proportional to Sigma; pairing with the direction "
+        "Sigma^{-1} of S gives df/da_l = tr(g_l Sigma Sigma^{-1}) = d g_l. Zero at the optimal steps "
+        "(the critical points of Theorem 3).",
+))
+
+register(ClosedForm(
+    id="preconditioned_gd.gdpp.loss",
+    title="Loss of L <= 2 GD++ layers on the set A_l = a_l Sigma^{-1}, B_l = b_l I",
+    source=f"{PAPER}, Theorem 4, eq. 11 and App. B.3 [loss derived]",
+    status="exact",
+    params=(N_CTX, D_DIM,
+            steps("a", "Steps a_0, ..., a_{L-1} of A_l = a_l Sigma^{-1} in the eq.-11 convention (Q_l = "
+                       "+[[A_l, 0], [0, 0]]: descent needs a_l < 0).", high=2),
+            steps("b", "Scales b_l of B_l = b_l I, one per layer (b_{L-1} does not affect the output).",
+                  high=2)),
+    derive=derive_gdpp_loss,
+    domain=_gdpp_values,
+    derived=_gdpp_values,
+    derived_names=("a_0", "a_1", "b_0"),
+    doc="x ~ N(0, Sigma), w* ~ N(0, Sigma^{-1}). f = E sum_k r(s_k)^2 over the eigenvalues of S_u with "
+        "r(s) = (1 + a_0 s)(1 + a_1 s (1 + a_0 b_0 s)^2): a degree-8 polynomial in s, so f uses m_0..m_8 "
+        "and does not depend on Sigma. a_1 = 0 (zero padding) gives the one-layer loss. The GD++ step "
+        "X_{l+1} = (I + a_l b_l S) X_l with a_l b_l < 0 is the curvature correction of §5.",
+))
+
+_T2 = ("x, w* ~ N(0, I_d), two sparse layers with symmetric A_0, A_1 (Theorem 2 proves a diagonal "
+       "global minimiser; numerically it is scalar, A_l = a_l I). This is the L = 2 optimum on S at "
+       "Sigma = I: the steps are the roots of a^2 + c_1 a + c_2 (c = kernel polynomial coefficients).")
+
+register(ClosedForm(
+    id="preconditioned_gd.two_layer.step_sum",
+    title="a_0 + a_1 = -c_1 at the two-layer optimum (Sigma = I)",
+    source=f"{PAPER}, Theorem 2 [steps derived]",
+    status="exact",
+    params=(N_CTX, D_DIM),
+    derive=lambda: -optimal_kernel(2)[0],
+    printed=printed_step_sum,
+    doc=_T2 + " The paper gives no step sizes; printed: the spec's rational form (§2.4).",
+))
+
+register(ClosedForm(
+    id="preconditioned_gd.two_layer.step_product",
+    title="a_0 a_1 = c_2 at the two-layer optimum (Sigma = I)",
+    source=f"{PAPER}, Theorem 2 [steps derived]",
+    status="exact",
+    params=(N_CTX, D_DIM),
+    derive=lambda: optimal_kernel(2)[1],
+    printed=printed_step_product,
+    doc=_T2 + " Printed: the spec's rational form (§2.4).",
+))
+
+register(ClosedForm(
+    id="preconditioned_gd.two_layer.optimal_loss",
+    title="f*_2, the two-layer optimal loss (Sigma = I)",
+    source=f"{PAPER}, Theorem 2 [value derived]",
+    status="exact",
+    params=(N_CTX, D_DIM),
+    derive=lambda: derive_optimal_loss_of(2),
+    printed=printed_two_layer_loss,
+    doc=_T2 + " Printed: the spec's rational form (§2.4); n = 20, d = 5 gives 1795/4969.",
+))

@@ -1,0 +1,199 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+# ---
+
+# %% [markdown]
+# # Linear transformers implement preconditioned gradient descent
+#
+# Ahn, Cheng, Daneshmand & Sra, *Transformers learn to implement preconditioned gradient
+# descent for in-context learning* (NeurIPS 2023).
+#
+# A prompt holds $n$ examples $(x_i, y_i = w_\star^\top x_i)$ and a query $x_{n+1}$, written as the
+# columns of $Z_0\in\mathbb R^{(d+1)\times(n+1)}$ with the query label set to 0 (eq. 1). Each
+# linear self-attention layer adds $\frac1n P_\ell Z_\ell M (Z_\ell^\top Q_\ell Z_\ell)$, where the mask $M$
+# removes the query as a key, and the prediction is $-[Z_L]_{d+1,n+1}$ (eqs. 2–4; the loss is
+# $\mathbb E(\hat y - y_{n+1})^2$ without $\frac12$, the "+" of eq. 5 being a sign slip). The
+# paper's claims, each derived or checked below:
+#
+# * **Lemma 1**: with $P_\ell = E_{d+1,d+1}$, $Q_\ell = -[[A_\ell, 0],[0,0]]$ (eq. 8) the forward
+#   pass is $L$ steps of preconditioned gradient descent on the in-context least-squares loss;
+# * **Theorem 1**: the best single layer uses the preconditioner
+#   $\Gamma^\star = \big(\tfrac{n+1}{n}\Sigma + \tfrac{\operatorname{tr}\Sigma}{n} I\big)^{-1}$ (eq. 6);
+# * **Theorem 3**: for $w_\star\sim\mathcal N(0,\Sigma^{-1})$ the set $A_\ell = a_\ell\Sigma^{-1}$ holds
+#   critical points of the $L$-layer loss, and trained transformers land there (Figs. 1–2).
+#
+# Every cell asserts what it states, so running this file is also a test.
+
+# %%
+import time
+
+import numpy as np
+import sympy as sp
+
+import theory
+from theory.compare import equal
+from theory.symbols import sym
+from verify.models import linear_transformer as lt
+from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance, sample_prompts
+
+from _helpers import claim, record, show  # noqa: E402  (shared notebook helpers)
+import matplotlib.pyplot as plt  # noqa: E402
+
+T_START = time.perf_counter()
+rng = np.random.default_rng(0)
+
+# %% [markdown]
+# ## 1. Lemma 1: the forward pass is preconditioned gradient descent
+#
+# Run the real transformer (full token matrices, the mask, the $1/n$) and, separately, $L$
+# steps $w_{\ell+1} = w_\ell - A_\ell^\top\nabla R(w_\ell)$ with $\nabla R(w) = S(w - w_\star)$,
+# $S = \frac1n\sum_i x_ix_i^\top$. The transpose matters for non-symmetric $A_\ell$: the paper
+# writes $A_\ell$.
+
+# %%
+n, d, L = 20, 5, 3
+Sigma = distorted_covariance(rng)                      # U^T diag(1, 1, .25, .0625, 1) U
+prompts = sample_prompts(rng, Sigma, n, 200, task="inverse")
+A = rng.standard_normal((L, d, d)) * 0.3               # non-symmetric preconditioners
+P, Q = lt.sparse_layers(A)
+tf = lt.predict(prompts.tokens(), P, Q)
+gd_T = lt.preconditioned_gd(prompts, np.transpose(A, (0, 2, 1))).prediction
+gd = lt.preconditioned_gd(prompts, A).prediction
+print("max |TF - GD(A^T)| =", np.max(np.abs(tf - gd_T)), "   max |TF - GD(A)| =", np.max(np.abs(tf - gd)))
+claim("the transformer equals GD with A_l^T to round-off", np.max(np.abs(tf - gd_T)) < 1e-12)
+claim("... and not GD with A_l as printed (non-symmetric A_l)", np.max(np.abs(tf - gd)) > 1e-3)
+
+# %% [markdown]
+# ## 2. Theorem 1: one layer, derived from the Gaussian moments
+#
+# With $\hat y = h^\top\Gamma x_q$ and $h = \frac1n\sum_i y_ix_i = S w_\star$, the loss is a quadratic
+# in $\Gamma$ whose only data statistic is $\mathbb E[S^2]$, computed by Isserlis pairings. The toolkit
+# derives $f(\Gamma)$, solves $\partial f/\partial\Gamma = 0$ and compares with the printed eq. 6.
+
+# %%
+loss1 = record("preconditioned_gd.single_layer.loss")
+show("f(A)", loss1.expr)
+opt = record("preconditioned_gd.single_layer.optimal_preconditioner")
+show("Gamma*", opt.expr)
+claim("derived optimum equals the printed eq. 6", equal(opt.expr, opt.printed_expr))
+fstar = record("preconditioned_gd.single_layer.optimal_loss")
+show("f*", fstar.expr)
+
+# %% [markdown]
+# **One theory, two papers.** This is the same data model as the merged linear attention of
+# Zhang, Singh, Latham & Saxe 2025 with $\Lambda = \Sigma$, $N = n$ and $\beta = h$: their converged
+# matrix (eq. 11) and global minimum are the same expressions.
+
+# %%
+merged_M = theory.get("linear_attention.merged.converged_matrix").expr
+merged_L = theory.get("linear_attention.merged.global_min_loss").expr
+to_ahn = {sym("Lambda"): sym("Sigma"), sym("N"): sym("n")}
+claim("Gamma* (Ahn et al.) == M* (Zhang et al.) with Lambda = Sigma, N = n",
+      equal(opt.expr, merged_M.xreplace(to_ahn)))
+claim("f* (Ahn et al.) == L(M*) (Zhang et al.)", equal(fstar.expr, merged_L.xreplace(to_ahn)))
+lam = np.array(EXPERIMENT_EIGENVALUES)
+print("f* at the paper's spectrum, n = 20:", fstar(Sigma=lam, n=20),
+      "  (plain GD would need Gamma proportional to I)")
+
+# %% [markdown]
+# ## 3. Several layers: Wishart moments and the loss polynomial (Theorem 3)
+#
+# On $A_\ell = a_\ell\Sigma^{-1}$ with $w_\star\sim\mathcal N(0,\Sigma^{-1})$, $\Sigma$ drops out and
+# $f(a) = \mathbb E\operatorname{tr}\prod_\ell(I - a_\ell S_u)^2 = \sum_{j,k}c_jc_k\,m_{j+k}$, with
+# $\prod_\ell(1 - a_\ell s) = \sum_k c_ks^k$ and $m_k = \mathbb E\operatorname{tr}S_u^k$ the trace moments of a
+# white Wishart matrix over $n$ (derived by counting pairings). The optimal steps are the
+# inverse roots of the kernel polynomial of the moment sequence.
+
+# %%
+mom = record("preconditioned_gd.wishart.trace_moments")
+show("[m_1, m_2, m_3]", sp.Matrix(list(mom.expr)[:3]))
+loss_L = record("preconditioned_gd.multi_layer.loss")
+steps = record("preconditioned_gd.multi_layer.optimal_steps")
+best = record("preconditioned_gd.multi_layer.optimal_loss")
+for layers in (1, 2, 3):
+    a = steps(n=n, d=d, L=layers)
+    print(f"L = {layers}: steps {np.round(a, 6)}, f* = {best(n=n, d=d, L=layers):.6f}, "
+          f"f(steps) = {loss_L(n=n, d=d, a=list(a)):.6f}")
+claim("the loss polynomial at the optimal steps is the optimal loss (L = 1, 2, 3)",
+      all(abs(loss_L(n=n, d=d, a=list(steps(n=n, d=d, L=k))) - best(n=n, d=d, L=k)) < 1e-10 for k in (1, 2, 3)))
+claim("one layer: a* = n/(n+d+1) = 10/13", abs(steps(n=n, d=d, L=1)[0] - 10 / 13) < 1e-14)
+claim("the gradient on the set vanishes at the optimum",
+      np.max(np.abs(theory.get("preconditioned_gd.multi_layer.gradient_scales")(
+          n=n, d=d, a=list(steps(n=n, d=d, L=3))))) < 1e-10)
+
+# %% [markdown]
+# Monte Carlo of the real three-layer transformer at the optimal steps (in a shuffled order:
+# on this set the layers commute, Lemma 4):
+
+# %%
+a3 = steps(n=n, d=d, L=3)[[2, 0, 1]]
+P3, Q3 = lt.sparse_layers(a3[:, None, None] * np.linalg.inv(Sigma))
+losses = []
+for _ in range(10):
+    pr = sample_prompts(rng, Sigma, n, 20_000, task="inverse")
+    losses.append(np.mean((lt.predict(pr.tokens(), P3, Q3) - pr.target) ** 2))
+mc, se = np.mean(losses), np.std(losses, ddof=1) / np.sqrt(len(losses))
+print(f"Monte Carlo {mc:.4f} +- {se:.4f}  vs  f*_3 = {best(n=n, d=d, L=3):.4f}")
+claim("Monte Carlo agrees with f*_3 within 4 standard errors", abs(mc - best(n=n, d=d, L=3)) < 4 * se)
+
+# %% [markdown]
+# ## 4. A trained transformer lands on the predicted preconditioners
+#
+# Adam on the sparse two-layer transformer (fresh prompts every step, the paper's $\Sigma$),
+# shortened to run in seconds. The learned $\Sigma^{1/2}A_\ell\Sigma^{1/2}$ should be multiples of
+# the identity, with multiples equal to the optimal steps, while $A_\ell$ itself is far from
+# $\propto I$ (the paper's Fig. 1 distances).
+
+# %%
+import torch  # noqa: E402
+
+gen = torch.Generator().manual_seed(0)
+model = lt.LinearTransformer(d, 2, "sparse").init_(gen, 1e-3)
+run = lt.train_adam(model, Sigma, n, steps=1500, batch=1000, lr=0.1, halve_every=400,
+                    betas=(0.99, 0.9), generator=gen, log_every=50)
+A_learned = model.A_matrices()
+w, V = np.linalg.eigh(Sigma)
+Sh = (V * np.sqrt(w)) @ V.T
+M_learned = np.einsum("ij,ljk,km->lim", Sh, A_learned, Sh)
+a_pred = steps(n=n, d=d, L=2)
+order = np.argsort(np.trace(M_learned, axis1=1, axis2=2))
+M_learned = M_learned[order]
+print("Dist(Sigma^1/2 A Sigma^1/2, I):", np.round(lt.dist_to_identity(M_learned), 3),
+      "  Dist(A, I):", np.round(lt.dist_to_identity(A_learned), 3))
+print("learned steps:", np.round(np.trace(M_learned, axis1=1, axis2=2) / d, 4), " predicted:", np.round(a_pred, 4))
+claim("learned Sigma^1/2 A Sigma^1/2 are close to multiples of I (Dist < 0.15)",
+      np.all(lt.dist_to_identity(M_learned) < 0.15))
+claim("learned steps within 10 % of the optimal steps",
+      np.all(np.abs(np.trace(M_learned, axis1=1, axis2=2) / d / a_pred - 1) < 0.10))
+
+fig, axes = plt.subplots(2, 3, figsize=(9, 6))
+vmax = float(np.max(np.abs(M_learned)))
+for l in range(2):
+    for ax, mat, title in zip(axes[l], (M_learned[l], a_pred[l] * np.eye(d), A_learned[order[l]]),
+                              (f"learned $\\Sigma^{{1/2}}A_{l}\\Sigma^{{1/2}}$", f"predicted $a^*_{l} I$",
+                               f"learned $A_{l}$")):
+        im = ax.imshow(mat, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks([]), ax.set_yticks([])
+fig.colorbar(im, ax=axes, shrink=0.7)
+plt.show()
+
+# %% [markdown]
+# ## 5. ReLU attention (Theorem 5)
+#
+# With $\sigma = \mathrm{ReLU}$ on the attention scores and isotropic data, Stein's lemma gives the
+# exact loss $f(A) = c\|A\|_F^2 + \operatorname{tr}A + d$ with $c = \frac{n+2d+3}{4n}$, hence the
+# paper's minimiser $A^\star = -\frac{2n}{n+2d+3}I$ (the paper's proof drops a non-constant term;
+# the result stands).
+
+# %%
+relu_scale = record("preconditioned_gd.relu.optimal_scale")
+relu_best = record("preconditioned_gd.relu.optimal_loss")
+print("A* scale:", relu_scale(n=n, d=d), "  f*:", relu_best(n=n, d=d),
+      "  linear attention f*:", fstar(Sigma=np.ones(d), n=n))
+claim("ReLU attention's optimum is worse than linear attention's here",
+      relu_best(n=n, d=d) > fstar(Sigma=np.ones(d), n=n))
+
+print(f"notebook ran in {time.perf_counter() - T_START:.1f} s")

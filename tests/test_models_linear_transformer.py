@@ -1,0 +1,184 @@
+"""The L-layer linear transformer of Ahn et al. 2023 (numpy and torch)."""
+
+import numpy as np
+import pytest
+
+from verify.models import linear_transformer as lt
+from verify.tasks.preconditioned_gd import distorted_covariance, sample_prompts
+
+
+def _prompts(seed=0, n=7, batch=13, d=5):
+    rng = np.random.default_rng(seed)
+    Sigma = distorted_covariance(rng) if d == 5 else np.eye(d)
+    return rng, sample_prompts(rng, Sigma, n, batch, task="inverse")
+
+
+def _naive(Z0, P, Q, relu=False):
+    """Per-prompt loop with the explicit (n+1) x (n+1) mask (eqs. 2-4)."""
+    out = []
+    n = Z0.shape[2] - 1
+    M = np.diag(np.r_[np.ones(n), 0.0])
+    for Z in Z0:
+        for Pl, Ql in zip(P, Q):
+            s = Z.T @ Ql @ Z
+            Z = Z + Pl @ Z @ M @ (np.maximum(s, 0) if relu else s) / n
+        out.append(Z)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("activation", [None, "relu"])
+@pytest.mark.parametrize("L", [1, 3])
+def test_forward_matches_naive_loop(activation, L):
+    rng, pr = _prompts()
+    d = pr.d
+    P = rng.standard_normal((L, d + 1, d + 1)) * 0.5
+    Q = rng.standard_normal((L, d + 1, d + 1)) * 0.5
+    Z0 = pr.tokens()
+    got = lt.forward(Z0, P, Q, activation)
+    want = _naive(Z0, P, Q, relu=activation == "relu")
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(lt.predict(Z0, P, Q, activation), -want[:, d, -1],
+                               atol=1e-12 * np.abs(want).max())
+    allZ = lt.forward(Z0, list(P), list(Q), activation, return_all=True)
+    assert allZ.shape == (L + 1,) + Z0.shape
+    np.testing.assert_array_equal(allZ[0], Z0)
+
+
+def test_layer_builders():
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((2, 3, 3))
+    B = rng.standard_normal((2, 3, 3))
+    P, Q = lt.sparse_layers(list(A))
+    E = np.zeros((4, 4))
+    E[3, 3] = 1.0
+    for l in range(2):
+        np.testing.assert_array_equal(P[l], E)
+        np.testing.assert_array_equal(Q[l][:3, :3], -A[l])       # eq. 8: minus sign
+        assert not Q[l][3].any() and not Q[l][:, 3].any()
+    P, Q = lt.general_layers(A, B)
+    for l in range(2):
+        np.testing.assert_array_equal(P[l][:3, :3], B[l])
+        assert P[l][3, 3] == 1.0 and not P[l][3, :3].any() and not P[l][:3, 3].any()
+        np.testing.assert_array_equal(Q[l][:3, :3], A[l])        # eq. 11: no minus sign
+    # eq. 11 with B = 0 and -A is eq. 8
+    P8, Q8 = lt.sparse_layers(A)
+    P11, Q11 = lt.general_layers(-A, np.zeros_like(A))
+    np.testing.assert_array_equal(P8, P11)
+    np.testing.assert_array_equal(Q8, Q11)
+
+
+def test_lemma1_transpose():
+    rng, pr = _prompts(n=9, batch=50)
+    A = rng.standard_normal((3, 5, 5)) * 0.1
+    tf = lt.predict(pr.tokens(), *lt.sparse_layers(A))
+    gd = lt.preconditioned_gd(pr, np.transpose(A, (0, 2, 1)))
+    np.testing.assert_allclose(tf, gd.prediction, atol=1e-12 * np.abs(tf).max())
+    assert np.abs(lt.preconditioned_gd(pr, A).prediction - tf).max() > 1e-3
+    # (X, y) input with y of shape (B, n) or (B, n + 1)
+    gd2 = lt.preconditioned_gd((pr.X, pr.y[:, :-1]), np.transpose(A, (0, 2, 1)))
+    np.testing.assert_array_equal(gd2.prediction, gd.prediction)
+    assert gd.iterates.shape == (4, 50, 5)
+
+
+def test_dist_to_identity():
+    assert lt.dist_to_identity(3 * np.eye(4)) == pytest.approx(0.0, abs=1e-15)
+    Sinv = np.linalg.inv(np.diag([1, 1, 0.25, 0.0625, 1]))
+    assert lt.dist_to_identity(Sinv) == pytest.approx(0.785, abs=1e-3)      # spec §3
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda Z, P, Q: lt.forward(Z[0, 0], P, Q), "Z0"),
+    (lambda Z, P, Q: lt.forward(Z, P[0], Q), "P"),
+    (lambda Z, P, Q: lt.forward(Z, P, Q[:, :3, :3]), "Q"),
+    (lambda Z, P, Q: lt.forward(Z, P, Q[:1]), "Q"),
+    (lambda Z, P, Q: lt.forward(Z, P, Q, activation="softmax"), "activation"),
+    (lambda Z, P, Q: lt.forward(Z * np.nan, P, Q), "Z0"),
+    (lambda Z, P, Q: lt.sparse_layers(np.ones((2, 3, 4))), "A_list"),
+    (lambda Z, P, Q: lt.general_layers(np.ones((2, 3, 3)), np.ones((1, 3, 3))), "B_list"),
+    (lambda Z, P, Q: lt.preconditioned_gd("x", np.ones((1, 5, 5))), "data"),
+    (lambda Z, P, Q: lt.preconditioned_gd((np.ones((2, 5, 4)), np.ones((2, 7))),
+                                          np.ones((1, 5, 5))), "y"),
+], ids=["Z0-shape", "P-single-matrix", "Q-size", "Q-layers", "activation", "Z0-nan", "A_list",
+        "B_list", "data", "y"])
+def test_validation(call, name):
+    _, pr = _prompts()
+    Z = pr.tokens()
+    P = np.zeros((2, 6, 6))
+    Q = np.zeros((2, 6, 6))
+    with pytest.raises(ValueError, match=f"^{name}"):
+        call(Z, P, Q)
+
+
+# -- torch ------------------------------------------------------------------------------
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("par", lt.PARAMETRISATIONS)
+def test_torch_forward_matches_numpy(par):
+    rng, pr = _prompts(batch=20)
+    g = torch.Generator().manual_seed(3)
+    m = lt.LinearTransformer(5, 3, par).init_(g, 0.4)
+    Z0 = pr.tokens()
+    P, Q = (t.detach().numpy() for t in m.matrices())
+    with torch.no_grad():
+        got = m(torch.as_tensor(Z0)).numpy()
+        pred = m.predict(torch.as_tensor(Z0)).numpy()
+    want = lt.forward(Z0, P, Q)
+    np.testing.assert_allclose(got, want, atol=1e-12 * np.abs(want).max())
+    np.testing.assert_allclose(pred, -want[:, 5, -1], atol=1e-12 * np.abs(want).max())
+    if par == "sparse":
+        np.testing.assert_allclose(P, lt.sparse_layers(m.A_matrices())[0])
+        np.testing.assert_allclose(Q, lt.sparse_layers(m.A_matrices())[1])
+    if par == "gdpp":
+        Pg, Qg = lt.general_layers(-m.A_matrices(), m.B_matrices())
+        np.testing.assert_allclose(P, Pg)
+        np.testing.assert_allclose(Q, Qg)
+
+
+def test_torch_sampler_law():
+    Sigma = np.diag([1.0, 0.5, 0.25])
+    g = torch.Generator().manual_seed(0)
+    tb = lt.sample_tokens_torch(Sigma, 4, 40000, generator=g)
+    Z = tb.Z.numpy()
+    x = Z[:, :3, :].transpose(0, 2, 1).reshape(-1, 3)
+    np.testing.assert_allclose(np.cov(x.T), Sigma, atol=0.02)
+    assert np.all(Z[:, 3, -1] == 0)
+    # E y^2 = tr(Sigma Sigma^{-1}) = d for w ~ N(0, Sigma^{-1})
+    assert np.mean(tb.y_q.numpy() ** 2) == pytest.approx(3.0, rel=0.05)
+
+
+def test_torch_validation():
+    with pytest.raises(ValueError, match="^parametrisation"):
+        lt.LinearTransformer(3, 2, "dense")
+    with pytest.raises(ValueError, match="^d"):
+        lt.LinearTransformer(0, 2)
+    m = lt.LinearTransformer(3, 2, "sparse")
+    with pytest.raises(ValueError, match="^Z"):
+        m(torch.zeros(2, 3, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="^A"):
+        m.load_(A=np.zeros((1, 3, 3)))
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="^Sigma"):
+        lt.train_adam(m, np.eye(4), 5, steps=1, batch=2, lr=0.1, generator=g)
+    with pytest.raises(ValueError, match="^lr"):
+        lt.train_adam(m, np.eye(3), 5, steps=1, batch=2, lr=-1, generator=g)
+    with pytest.raises(ValueError, match="^generator"):
+        lt.train_adam(m, np.eye(3), 5, steps=1, batch=2, lr=0.1, generator=0)
+
+
+def test_same_seed_same_weights():
+    def run(seed):
+        g = torch.Generator().manual_seed(seed)
+        m = lt.LinearTransformer(3, 2, "full").init_(g, 0.1)
+        r = lt.train_adam(m, np.diag([1.0, 0.5, 0.2]), 6, steps=20, batch=16, lr=0.01,
+                          generator=g, halve_every=5, clip=0.01, log_every=5)
+        return r, np.concatenate([p.detach().numpy().ravel() for p in m.parameters()])
+
+    r1, w1 = run(7)
+    r2, w2 = run(7)
+    _, w3 = run(8)
+    np.testing.assert_array_equal(w1, w2)
+    np.testing.assert_array_equal(r1.batch_loss[1:], r2.batch_loss[1:])
+    assert not np.allclose(w1, w3)
+    assert r1.lr[-1] == pytest.approx(0.01 / 16)        # halved at steps 5, 10, 15, 20
+    assert r1.A_log.shape == (5, 2, 3, 3)

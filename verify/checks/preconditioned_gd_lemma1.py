@@ -1,0 +1,313 @@
+"""Forward-pass identities of the linear transformer of Ahn, Cheng, Daneshmand, Sra 2023.
+
+Each check runs the real masked forward pass (:func:`verify.models.linear_transformer.forward`,
+eqs. 2-4) on sampled prompts of the Theorem-3 data model (``x ~ N(0, Sigma)`` with a
+distorted ``Sigma``, ``w* ~ N(0, Sigma^{-1})``) and compares it with an algebraic identity
+of the paper. The identities are exact, so the tolerance is float64 round-off, and every
+convention error (transpose, sign, mask, layer order) shows up as an O(1) relative error.
+
+Contains
+--------
+``preconditioned_gd.forward.lemma1_gd``
+    Lemma 1: the sparse (eq. 8) forward pass is L steps of preconditioned gradient descent
+    with ``A_l^T`` (the paper prints ``A_l``; the two agree for symmetric ``A_l``).
+``preconditioned_gd.forward.single_layer_reduction``
+    App. A.1 (eqs. 14-15): one layer's output is ``b^T G A x_q`` and depends only on the last
+    row ``b^T`` of ``P`` and the first ``d`` columns ``A`` of ``Q``.
+``preconditioned_gd.forward.lemmas_5_6``
+    App. C.2: the query label enters additively (Lemma 6), the loss is ``E [Ybar_L]_{n+1}^2``
+    (Lemma 5) and ``Ybar_L = w*^T X_0 prod_l (I + M X_0^T A_l X_0 / n)`` (eq. 25).
+``preconditioned_gd.forward.lemma4_permutation``
+    Lemma 4 (App. B.4): on ``A_l = a_l Sigma^{-1}`` the outputs are invariant under permuting
+    the step sizes ``a_l``; for generic non-commuting ``A_l`` they are not.
+
+These are identities of the model, not closed forms, so the checks cover no registry record.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from verify.check import Control, Outcome, check
+
+#: Relative round-off tolerance of the exact forward identities (see each criterion).
+ROUNDOFF_RTOL = 1e-12
+
+
+def _setup(ctx, n: int, batch: int):
+    from verify.tasks.preconditioned_gd import distorted_covariance, sample_prompts
+
+    Sigma = distorted_covariance(ctx.rng)
+    prompts = sample_prompts(ctx.rng, Sigma, n, batch, task="inverse")
+    return Sigma, prompts
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def _random_layers(rng, L: int, d: int, scale: float) -> np.ndarray:
+    """``L`` non-symmetric ``d x d`` matrices with i.i.d. ``N(0, scale^2 / d)`` entries."""
+    return rng.standard_normal((L, d, d)) * (scale / np.sqrt(d))
+
+
+# =====================================================================================
+# Lemma 1
+# =====================================================================================
+@check("preconditioned_gd.forward.lemma1_gd", covers=[], method="monte_carlo",
+       title="Lemma 1: the sparse L-layer forward pass = L steps of preconditioned GD with A_l^T")
+def lemma1_gd(ctx):
+    """Lemma 1 (App. C.1) with the transpose correction.
+
+    For ``L = 1..4`` random non-symmetric ``A_l`` (entries ``N(0, 0.5^2/d)``; the
+    Sigma^{1/2}-scaled products stay O(1) so no layer amplifies round-off), the sparse
+    forward pass (eq. 8) gives ``TF_L = -[Z_L]_{d+1,n+1}``; the GD recursion ``w_{l+1} =
+    w_l - A_l^T (S w_l - h)`` from ``w_0 = 0`` gives ``<x_q, w_L>``. Also the symmetric case
+    with the paper's ``A_l`` (untransposed), where the printed statement is exact.
+    """
+    from verify.models.linear_transformer import preconditioned_gd, predict, sparse_layers
+
+    n, batch = ctx.pick(quick=(20, 500), full=(20, 50000))
+    Sigma, prompts = _setup(ctx, n, batch)
+    d = prompts.d
+    # A_l = Sigma^{-1/2} R_l Sigma^{-1/2} with random R_l: A_l S is O(1) along every
+    # eigendirection of Sigma
+    w, V = np.linalg.eigh(Sigma)
+    S_mhalf = V @ np.diag(w ** -0.5) @ V.T
+    Z0 = prompts.tokens()
+    errs, errs_sym, errs_untransposed, errs_nomask = {}, {}, {}, {}
+    for L in range(1, 5):
+        R = _random_layers(ctx.rng, L, d, 0.5)
+        A = np.einsum("ij,ljk,km->lim", S_mhalf, R, S_mhalf)
+        P, Q = sparse_layers(A)
+        tf = predict(Z0, P, Q)
+        gd_t = preconditioned_gd(prompts, np.transpose(A, (0, 2, 1))).prediction
+        gd_a = preconditioned_gd(prompts, A).prediction
+        errs[L] = _rel(tf, gd_t)
+        errs_untransposed[L] = _rel(gd_a, tf)
+        # the symmetric case: the paper's statement with A_l itself
+        A_sym = 0.5 * (A + np.transpose(A, (0, 2, 1)))
+        Ps, Qs = sparse_layers(A_sym)
+        errs_sym[L] = _rel(predict(Z0, Ps, Qs), preconditioned_gd(prompts, A_sym).prediction)
+        # the mask matters: attention over all n + 1 columns (query as a key/value)
+        Z = Z0
+        for Pl, Ql in zip(P, Q):
+            Z = Z + np.einsum("kl,bli,bmi,mj,bjc->bkc", Pl, Z, Z, Ql, Z, optimize=True) / n
+        errs_nomask[L] = _rel(-Z[:, -1, -1], gd_t)
+    worst = max(max(errs.values()), max(errs_sym.values()))
+    return Outcome(
+        measured={f"L={L}": errs[L] for L in errs},
+        predicted=0.0,
+        discrepancy=worst,
+        tolerance=ROUNDOFF_RTOL,
+        criterion=(f"max_L max|TF_L - <x_q, w_L^gd(A^T)>| / max|TF_L| over {batch} prompts "
+                   f"(d={d}, n={n}, L=1..4, random non-symmetric A_l; also symmetric A_l with "
+                   f"GD(A_l)) <= {ROUNDOFF_RTOL:g}: an exact identity, so only float64 round-off "
+                   "(~1e-15 for O(1) sums of n products per layer) remains"),
+        controls=[
+            Control("GD with the printed A_l (untransposed), non-symmetric A_l",
+                    min(errs_untransposed.values()), ROUNDOFF_RTOL),
+            Control("attention without the mask (the query as a key/value) vs GD(A^T), L >= 2 "
+                    "(at L = 1 the query's label slot is 0, so the mask cannot matter)",
+                    min(errs_nomask[L] for L in (2, 3, 4)), ROUNDOFF_RTOL),
+        ],
+        details={"relative error vs GD(A^T)": errs, "symmetric A, GD(A)": errs_sym,
+                 "GD(A) untransposed": errs_untransposed, "no mask": errs_nomask,
+                 "Sigma eigenvalues": np.linalg.eigvalsh(Sigma), "prompts": batch, "n": n},
+    )
+
+
+# =====================================================================================
+# Single-layer reduction (App. A.1)
+# =====================================================================================
+@check("preconditioned_gd.forward.single_layer_reduction", covers=[], method="monte_carlo",
+       title="App. A.1: one layer's output is b^T G A x_q; other blocks of P, Q are irrelevant")
+def single_layer_reduction(ctx):
+    """Eqs. 14-15: ``[Z_1]_{d+1,n+1} = b^T G A x_q``.
+
+    ``b^T`` is the last row of ``P``, ``A`` the first ``d`` columns of ``Q`` ((d+1) x d),
+    ``G = (1/n) sum_{i<=n} z_i z_i^T = [[S, h], [h^T, (1/n) sum y_i^2]]``. Random full
+    ``P, Q``; then the first ``d`` rows of ``P`` and the last column of ``Q`` are redrawn and
+    the output must not change. Controls: the reduced formula with ``Q^T`` in place of ``Q``,
+    and (the reduction is specific to one layer) redrawing the same blocks at ``L = 2``.
+    """
+    from verify.models.linear_transformer import forward
+
+    n, batch = ctx.pick(quick=(20, 500), full=(20, 50000))
+    Sigma, prompts = _setup(ctx, n, batch)
+    d = prompts.d
+    Z0 = prompts.tokens()
+    rng = ctx.rng
+    P = rng.standard_normal((1, d + 1, d + 1))
+    Q = rng.standard_normal((1, d + 1, d + 1))
+    out = forward(Z0, P, Q)[:, d, n]
+    Zc = Z0[:, :, :n]
+    G = np.einsum("bki,bli->bkl", Zc, Zc) / n
+    x_q = prompts.query
+    b = P[0, d, :]
+    reduced = np.einsum("k,bkl,lj,bj->b", b, G, Q[0, :, :d], x_q)
+    reduced_T = np.einsum("k,bkl,lj,bj->b", b, G, Q[0].T[:, :d], x_q)
+    # blocks that must not matter for L = 1
+    P2, Q2 = P.copy(), Q.copy()
+    P2[0, :d, :] = rng.standard_normal((d, d + 1))
+    Q2[0, :, d] = rng.standard_normal(d + 1)
+    out2 = forward(Z0, P2, Q2)[:, d, n]
+    # G from the sampled S, h (checks the block form of G too)
+    S, h = prompts.S, prompts.h
+    y2 = np.mean(prompts.y[:, :n] ** 2, axis=1)
+    Gb = np.zeros_like(G)
+    Gb[:, :d, :d], Gb[:, :d, d], Gb[:, d, :d], Gb[:, d, d] = S, h, h, y2
+    # L = 2: the same blocks now matter
+    PL = rng.standard_normal((2, d + 1, d + 1)) * 0.5
+    QL = rng.standard_normal((2, d + 1, d + 1)) * 0.5
+    PL2, QL2 = PL.copy(), QL.copy()
+    PL2[0, :d, :] = rng.standard_normal((d, d + 1)) * 0.5
+    QL2[0, :, d] = rng.standard_normal(d + 1) * 0.5
+    two = forward(Z0, PL, QL)[:, d, n]
+    two2 = forward(Z0, PL2, QL2)[:, d, n]
+    errs = {"forward vs b^T G A x_q": _rel(out, reduced),
+            "redrawn irrelevant blocks": _rel(out2, out),
+            "G = [[S, h], [h^T, mean y^2]]": _rel(G, Gb)}
+    worst = max(errs.values())
+    return Outcome(
+        measured=errs, predicted=0.0, discrepancy=worst, tolerance=ROUNDOFF_RTOL,
+        criterion=(f"largest relative error over 3 identities on {batch} prompts (d={d}, "
+                   f"n={n}, random full P, Q) <= {ROUNDOFF_RTOL:g}: exact algebra, float64 "
+                   "round-off only"),
+        controls=[Control("reduced formula with Q^T in place of Q", _rel(reduced_T, out),
+                          ROUNDOFF_RTOL),
+                  Control("L = 2: redrawing the first d rows of P_0 and last column of Q_0",
+                          _rel(two2, two), ROUNDOFF_RTOL)],
+        details={**errs, "prompts": batch},
+    )
+
+
+# =====================================================================================
+# Lemmas 5 and 6 (App. C.2)
+# =====================================================================================
+@check("preconditioned_gd.forward.lemmas_5_6", covers=[], method="monte_carlo",
+       title="App. C.2, Lemmas 5-6 and eq. 25: the query label enters additively")
+def lemmas_5_6(ctx):
+    """Lemmas 5, 6 and eq. 25 under the general form (eq. 11), L = 3.
+
+    ``Zbar_0`` is ``Z_0`` with the true ``y_q`` in the query slot. Lemma 6: ``X_l`` and the
+    context entries of ``Y_l`` are the same for ``Z_0`` and ``Zbar_0``, and ``[Ybar_l]_{n+1} =
+    [Y_l]_{n+1} + y_q``. Lemma 5 (per prompt): ``(TF_L - y_q)^2 = [Ybar_L]_{n+1}^2 =
+    Tr((I - M) Ybar_L^T Ybar_L (I - M))``. Eq. 25 (sparse, eq.-11 sign, ``1/n`` explicit):
+    ``Ybar_L = w*^T X_0 prod_l (I + M X_0^T A_l X_0 / n)``. Controls: a generic full ``P, Q``
+    (nonzero last row of ``Q``) breaks Lemma 6; eq. 25 without the mask fails.
+    """
+    from verify.models.linear_transformer import forward, general_layers, sparse_layers
+
+    n, batch = ctx.pick(quick=(20, 500), full=(20, 50000))
+    Sigma, prompts = _setup(ctx, n, batch)
+    d, L = prompts.d, 3
+    rng = ctx.rng
+    w, V = np.linalg.eigh(Sigma)
+    S_mhalf = V @ np.diag(w ** -0.5) @ V.T
+    A = np.einsum("ij,ljk,km->lim", S_mhalf, _random_layers(rng, L, d, 0.5), S_mhalf)
+    B = np.eye(d) + _random_layers(rng, L, d, 0.3)
+    P, Q = general_layers(A, B)
+    Z0 = prompts.tokens()
+    y_q = prompts.target
+    Zbar0 = Z0.copy()
+    Zbar0[:, d, n] = y_q
+    Zs = forward(Z0, P, Q, return_all=True)
+    Zbs = forward(Zbar0, P, Q, return_all=True)
+    scale = np.max(np.abs(Zs))
+    e_x = float(np.max(np.abs(Zs[:, :, :d, :] - Zbs[:, :, :d, :])) / scale)
+    e_ctx = float(np.max(np.abs(Zs[:, :, d, :n] - Zbs[:, :, d, :n])) / scale)
+    e_add = float(np.max(np.abs(Zbs[:, :, d, n] - Zs[:, :, d, n] - y_q)) / scale)
+    # Lemma 5, per prompt
+    tf = -Zs[-1][:, d, n]
+    Yb = Zbs[-1][:, d, :]
+    IM = np.zeros(n + 1)
+    IM[n] = 1.0
+    tr_form = np.einsum("bi,bi->b", Yb * IM, Yb * IM)
+    sq = (tf - y_q) ** 2
+    e5 = max(_rel(Yb[:, n] ** 2, sq), _rel(tr_form, sq))
+    # eq. 25 under the sparse form with the eq.-11 sign (Q = +[[A, 0], [0, 0]])
+    Ps, _ = sparse_layers(A)
+    Qs = -sparse_layers(A)[1]
+    Ybar_fwd = forward(Zbar0, Ps, Qs)[:, d, :]
+    X0 = prompts.X
+    M = np.diag(np.r_[np.ones(n), 0.0])
+    row = np.einsum("bd,bdi->bi", prompts.w, X0)
+    row_nomask = row.copy()
+    for Al in A:
+        K = np.einsum("bdi,de,bej->bij", X0, Al, X0) / n
+        row = row + np.einsum("bi,ij,bjk->bk", row, M, K)
+        row_nomask = row_nomask + np.einsum("bi,bik->bk", row_nomask, K)
+    e25 = _rel(row, Ybar_fwd)
+    # control: generic P, Q (the query label leaks into the scores)
+    Pg = rng.standard_normal((L, d + 1, d + 1)) * 0.3
+    Qg = rng.standard_normal((L, d + 1, d + 1)) * 0.3
+    Zg = forward(Z0, Pg, Qg, return_all=True)
+    Zgb = forward(Zbar0, Pg, Qg, return_all=True)
+    leak = float(max(np.max(np.abs(Zg[:, :, :, :n] - Zgb[:, :, :, :n])),
+                     np.max(np.abs(Zgb[:, :, d, n] - Zg[:, :, d, n] - y_q))) / np.max(np.abs(Zg)))
+    errs = {"Lemma 6: X_l unchanged": e_x, "Lemma 6: context Y_l unchanged": e_ctx,
+            "Lemma 6: [Ybar_l]_{n+1} = [Y_l]_{n+1} + y_q": e_add,
+            "Lemma 5: (TF - y_q)^2 = [Ybar_L]_{n+1}^2 = Tr(...)": e5,
+            "eq. 25 product form": e25}
+    return Outcome(
+        measured=errs, predicted=0.0, discrepancy=max(errs.values()), tolerance=ROUNDOFF_RTOL,
+        criterion=(f"largest relative error over 5 identities on {batch} prompts (d={d}, n={n}, "
+                   f"L={L}, eq. 11 with random A_l, B_l) <= {ROUNDOFF_RTOL:g}: exact algebra "
+                   "(App. C.2 uses no moment identities), float64 round-off only"),
+        controls=[Control("Lemma 6 for generic full P, Q (not of the form eq. 11)", leak,
+                          ROUNDOFF_RTOL),
+                  Control("eq. 25 without the mask M", _rel(row_nomask, Ybar_fwd), ROUNDOFF_RTOL)],
+        details={**errs, "prompts": batch},
+    )
+
+
+# =====================================================================================
+# Lemma 4 (App. B.4)
+# =====================================================================================
+@check("preconditioned_gd.forward.lemma4_permutation", covers=[], method="monte_carlo",
+       title="Lemma 4: on A_l = a_l Sigma^{-1} the output is invariant under permuting a_l")
+def lemma4_permutation(ctx):
+    """Lemma 4 (App. B.4): on the set ``A_l = a_l Sigma^{-1}`` the layers commute.
+
+    ``TF_L = <x_q, w_L>`` with ``w_L = (I - prod_l (I - a_l Sigma^{-1} S)) w*``, symmetric in
+    the ``a_l``; so every per-prompt output is invariant under the ``L!`` permutations of
+    ``(a_0, .., a_{L-1})`` (L = 3, 4, random ``a_l`` of order one). Control: generic
+    non-commuting ``A_l`` (random, non-symmetric) change under the same permutations.
+    """
+    from verify.models.linear_transformer import predict, sparse_layers
+
+    n, batch = ctx.pick(quick=(20, 500), full=(20, 50000))
+    Sigma, prompts = _setup(ctx, n, batch)
+    d = prompts.d
+    Z0 = prompts.tokens()
+    Sigma_inv = np.linalg.inv(Sigma)
+    w, V = np.linalg.eigh(Sigma)
+    S_mhalf = V @ np.diag(w ** -0.5) @ V.T
+    errs, ctrl = {}, {}
+    for L in (3, 4):
+        a = ctx.rng.uniform(0.2, 1.5, L)
+        A_gen = np.einsum("ij,ljk,km->lim", S_mhalf, _random_layers(ctx.rng, L, d, 0.5), S_mhalf)
+        base = predict(Z0, *sparse_layers(a[:, None, None] * Sigma_inv))
+        base_gen = predict(Z0, *sparse_layers(A_gen))
+        e, c = 0.0, np.inf
+        for perm in itertools.permutations(range(L)):
+            if perm == tuple(range(L)):
+                continue
+            p = list(perm)
+            e = max(e, _rel(predict(Z0, *sparse_layers(a[p, None, None] * Sigma_inv)), base))
+            c = min(c, _rel(predict(Z0, *sparse_layers(A_gen[p])), base_gen))
+        errs[L], ctrl[L] = e, c
+    return Outcome(
+        measured={f"L={L}": errs[L] for L in errs}, predicted=0.0,
+        discrepancy=max(errs.values()), tolerance=ROUNDOFF_RTOL,
+        criterion=(f"max over every non-trivial permutation (L = 3, 4) of max|TF(perm) - TF| / "
+                   f"max|TF| on {batch} prompts <= {ROUNDOFF_RTOL:g}: the products commute "
+                   "exactly, float64 round-off only"),
+        controls=[Control("generic non-commuting A_l: smallest change over permutations",
+                          min(ctrl.values()), ROUNDOFF_RTOL)],
+        details={"invariance error": errs, "generic A_l change": ctrl, "prompts": batch},
+    )

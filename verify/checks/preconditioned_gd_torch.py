@@ -1,0 +1,431 @@
+"""Torch training of the linear transformer of Ahn, Cheng, Daneshmand, Sra 2023 (§4.3, §5.1).
+
+The model :class:`verify.models.linear_transformer.LinearTransformer` is trained with Adam
+on freshly sampled prompts of the Theorem-3 data model: ``d = 5``, ``n = 20``, ``x ~ N(0,
+Sigma)`` with ``Sigma = U^T diag(1, 1, .25, .0625, 1) U`` (``U`` Haar), ``w* ~ N(0,
+Sigma^{-1})``. The learned weights are compared with the closed forms of the
+``preconditioned_gd`` registry:
+
+- the preconditioners ``A_l`` become multiples of ``Sigma^{-1}``:
+  ``Dist(Sigma^{1/2} A_l Sigma^{1/2}, I)`` is small while ``Dist(A_l, I)`` stays near
+  ``Dist(Sigma^{-1}, I) = 0.785`` (Figs. 1-2; ``Dist(M, I) = ||M - (tr M / d) I||_F /
+  ||M||_F``);
+- the step sizes ``a_l = tr(Sigma^{1/2} A_l Sigma^{1/2}) / d`` (sorted; Lemma 4: any order)
+  approach ``preconditioned_gd.multi_layer.optimal_steps``;
+- the held-out loss approaches ``preconditioned_gd.multi_layer.optimal_loss`` (paired with
+  the loss of the theoretical optimum on the same prompts).
+
+Comparisons are made in the ``Sigma^{1/2} . Sigma^{1/2}`` metric, where every eigendirection
+counts by its effect on the loss (spec: raw Frobenius errors are dominated by the slowly
+learned low-variance directions).
+
+Contains
+--------
+``preconditioned_gd.torch.theorem3_sparse``
+    The sparse parametrisation (eq. 8), ``L = 2`` (quick) or ``L = 1, 2, 3`` (full).
+``preconditioned_gd.torch.theorem3_full``
+    Every entry of ``P_0, Q_0`` trainable, ``L = 1``: the effective preconditioner
+    ``-[P]_{d+1,d+1} [Q]_{1:d,1:d}`` vs ``n / (n + d + 1) Sigma^{-1}``.
+``preconditioned_gd.torch.theorem4_gdpp``
+    The general parametrisation (eq. 11, GD++): ``B_l`` approaches multiples of ``I``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import theory
+from verify.check import Control, Outcome, check
+from verify.stats import batch_mean, z_threshold
+
+N_CONTEXT, DIM = 20, 5
+
+
+def _cf(id: str, **kwargs):
+    return theory.get(id)(**kwargs)
+
+
+def _sqrt_psd(Sigma: np.ndarray, power: float) -> np.ndarray:
+    w, V = np.linalg.eigh(Sigma)
+    return (V * w ** power) @ V.T
+
+
+def _paired_loss(rng, Sigma, n, total, layers, layers_ref, chunk=20000):
+    """Per-prompt squared errors of two models on the same held-out prompts (numpy forward).
+
+    Returns the :class:`verify.stats.MeanEstimate` of ``(e, e_ref, e - e_ref)``.
+    """
+    from verify.models.linear_transformer import predict
+    from verify.tasks.preconditioned_gd import iter_prompts
+
+    acc = batch_mean()
+    for pr in iter_prompts(rng, Sigma, n, total, task="inverse", chunk=chunk):
+        Z0 = pr.tokens()
+        e = (predict(Z0, *layers) - pr.target) ** 2
+        e_ref = (predict(Z0, *layers_ref) - pr.target) ** 2
+        acc.add(np.stack([e, e_ref, e - e_ref], axis=1))
+    return acc.result()
+
+
+def _setting(ctx):
+    """Shared experiment setting: the distorted covariance (a fresh Haar ``U`` per seed)."""
+    from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance
+
+    Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
+    return Sigma
+
+
+def _window_mean(log: np.ndarray, frac: float = 0.1) -> np.ndarray:
+    """Average of the last ``frac`` of the logged weights (damps the last steps' SGD noise)."""
+    k = max(1, int(round(len(log) * frac)))
+    return log[-k:].mean(axis=0)
+
+
+# =====================================================================================
+# Theorem 3, sparse parametrisation
+# =====================================================================================
+#: Optimiser settings. Quick: the authors' AdamW moments (0.99, 0.9) with a larger
+#: learning rate so that 2000 steps of batch 1000 get close (L = 2 only; L = 1 is the
+#: ``theorem3_full`` check's setting, L = 3 needs the full profile); full: the spec's run
+#: (batch 8000 fresh, lr 0.01 halved every 3000 steps, 12000 steps).
+SPARSE_QUICK = dict(steps=2000, batch=1000, lr=0.1, halve_every=500, betas=(0.99, 0.9))
+SPARSE_FULL = dict(steps=12000, batch=8000, lr=0.01, halve_every=3000, betas=(0.99, 0.9))
+#: Tolerances: (Dist, relative step error, relative loss excess) per profile.
+SPARSE_TOL = {"quick": (0.15, 0.10, 0.15), "full": (0.03, 0.02, 0.03)}
+
+
+@check("preconditioned_gd.torch.theorem3_sparse",
+       covers=["preconditioned_gd.multi_layer.optimal_steps",
+               "preconditioned_gd.multi_layer.optimal_loss"],
+       method="torch", needs=("torch",),
+       title="Theorem 3 / Figs. 1-2: Adam on the sparse L-layer transformer learns "
+             "A_l = a_l Sigma^{-1} with the optimal steps")
+def theorem3_sparse(ctx):
+    """Train the sparse (eq. 8) transformer and compare with the optimum on ``S``.
+
+    Per ``L``: Adam from ``A_l`` entries ``N(0, 1e-6)``; the learned ``A_l`` (average of the
+    last 10 % of the logged iterates) gives ``M_l = Sigma^{1/2} A_l Sigma^{1/2}``. Compared:
+    ``max_l Dist(M_l, I)``, the sorted ``a_l = tr M_l / d`` against ``optimal_steps``, the
+    paired held-out loss excess over the optimum ``A_l = a*_l Sigma^{-1}`` relative to
+    ``optimal_loss``, and the Monte Carlo loss of that optimum against ``optimal_loss``
+    (z-test). The trained model must not be significantly *better* than the optimum on
+    ``S`` either (a lower loss would contradict the theory's global optimum).
+    """
+    from verify.models.linear_transformer import (
+        LinearTransformer, dist_to_identity, sparse_layers, train_adam)
+
+    n, d = N_CONTEXT, DIM
+    Ls = ctx.pick(quick=(2,), full=(1, 2, 3))
+    settings = ctx.pick(quick=SPARSE_QUICK, full=SPARSE_FULL)
+    tol_dist, tol_steps, tol_excess = SPARSE_TOL[ctx.profile]
+    total = ctx.pick(quick=50_000, full=1_000_000)
+    Sigma = _setting(ctx)
+    Sh, Sinv = _sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
+    z_crit = z_threshold(2 * len(Ls))
+    dist_sigma_inv = float(dist_to_identity(Sinv))
+    per_L, parts, controls = {}, {}, []
+    figures = {}
+    for L in Ls:
+        gen = ctx.torch_generator(ctx.device)
+        model = LinearTransformer(d, L, "sparse", device=ctx.device).init_(gen, 1e-3)
+        run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
+                         iterate=ctx.iterate, **settings)
+        A = _window_mean(run.A_log)
+        M = np.einsum("ij,ljk,km->lim", Sh, A, Sh)
+        dist_M = dist_to_identity(M)
+        dist_A = dist_to_identity(A)
+        steps = np.sort(np.trace(M, axis1=1, axis2=2) / d)
+        a_star = np.asarray(_cf("preconditioned_gd.multi_layer.optimal_steps", n=n, d=d, L=L),
+                            dtype=float)
+        a_wrong = np.asarray(_cf("preconditioned_gd.multi_layer.optimal_steps", n=n // 2, d=d,
+                                 L=L), dtype=float)
+        f_star = float(_cf("preconditioned_gd.multi_layer.optimal_loss", n=n, d=d, L=L))
+        f_wrong = float(_cf("preconditioned_gd.multi_layer.optimal_loss", n=n // 2, d=d, L=L))
+        est = _paired_loss(ctx.rng, Sigma, n, total, sparse_layers(A),
+                           sparse_layers(a_star[:, None, None] * Sinv))
+        f_tr, f_opt, delta = est.mean
+        se_tr, se_opt, se_delta = est.se
+        z_opt = (f_opt - f_star) / se_opt
+        z_wrong = (f_opt - f_wrong) / se_opt
+        step_err = float(np.max(np.abs(steps / a_star - 1.0)))
+        step_err_wrong = float(np.max(np.abs(steps / a_wrong - 1.0)))
+        excess = delta / f_star
+        parts[f"L={L}: max Dist(Sigma^1/2 A Sigma^1/2, I) / tol"] = float(dist_M.max()) / tol_dist
+        parts[f"L={L}: max |a_l / a*_l - 1| / tol"] = step_err / tol_steps
+        parts[f"L={L}: paired loss excess / f* / tol"] = excess / tol_excess
+        parts[f"L={L}: |z| of MC f(a*) vs optimal_loss / z_crit"] = abs(z_opt) / z_crit
+        parts[f"L={L}: -z(trained - optimum) / z_crit"] = -(delta / se_delta) / z_crit
+        controls += [
+            Control(f"L={L}: plain GD (A_l proportional to I): min_l Dist(A_l, I)",
+                    float(dist_A.min()), tol_dist),
+            Control(f"L={L}: optimal steps at the wrong context length n/2: max rel. error",
+                    step_err_wrong, tol_steps),
+            Control(f"L={L}: MC f(a*) vs optimal_loss at the wrong context length n/2: |z|",
+                    abs(z_wrong), z_crit),
+        ]
+        per_L[L] = {
+            "Dist(Sigma^1/2 A_l Sigma^1/2, I)": dist_M, "Dist(A_l, I)": dist_A,
+            "learned steps (sorted)": steps, "optimal_steps": a_star,
+            "held-out loss (trained)": f_tr, "s.e.": se_tr,
+            "held-out loss at a* Sigma^-1": f_opt, "s.e. (a*)": se_opt,
+            "paired excess": delta, "s.e. (paired)": se_delta, "optimal_loss": f_star,
+            "final batch loss": float(run.batch_loss[-1]), "seconds": run.seconds,
+            "per-eigendirection a (M in Sigma's eigenbasis)":
+                np.stack([np.diag(np.linalg.eigh(Sigma)[1].T @ Ml @ np.linalg.eigh(Sigma)[1])
+                          for Ml in M]),
+        }
+        figures[f"dist_L{L}"] = {
+            "kind": "lines", "title": f"Sparse transformer, L={L}: Dist during training",
+            "xlabel": "Adam step", "ylabel": "Dist(., I)",
+            "series": [{"label": f"Dist(Sigma^1/2 A_{l} Sigma^1/2, I)", "x": run.step.tolist(),
+                        "y": dist_to_identity(np.einsum("ij,tjk,km->tim", Sh, run.A_log[:, l],
+                                                        Sh)).tolist()} for l in range(L)]
+            + [{"label": f"Dist(A_{l}, I)", "style": "--", "x": run.step.tolist(),
+                "y": dist_to_identity(run.A_log[:, l]).tolist()} for l in range(L)],
+        }
+    return Outcome(
+        measured={f"L={L}": {"steps": v["learned steps (sorted)"],
+                             "max Dist": float(v["Dist(Sigma^1/2 A_l Sigma^1/2, I)"].max()),
+                             "loss": v["held-out loss (trained)"]} for L, v in per_L.items()},
+        predicted={f"L={L}": {"steps": v["optimal_steps"], "Dist": 0.0,
+                              "loss": v["optimal_loss"]} for L, v in per_L.items()},
+        discrepancy=max(parts.values()),
+        tolerance=1.0,
+        criterion=(
+            f"max of normalised discrepancies <= 1 over L = {Ls}: Dist(Sigma^1/2 A_l Sigma^1/2, I) "
+            f"<= {tol_dist}, sorted steps within {tol_steps:.0%} of optimal_steps, paired held-out "
+            f"loss excess over the optimum <= {tol_excess:.0%} of optimal_loss ({total} prompts), "
+            f"MC loss of the optimum within z_crit = {z_crit:.2f} s.e. of optimal_loss, and the "
+            "trained model not significantly below the optimum. "
+            + ("Quick profile (2000 steps): the direction of eigenvalue 0.0625 has 1/256 of the "
+               "curvature of the largest and is not finished (spec §5), so the tolerances are "
+               "set at about a third of the distance to the nearest wrong hypothesis (plain GD "
+               "Dist(Sigma, I) = 0.53, the identity-task preconditioner 0.31, steps at n/2 off by "
+               ">= 19 %)." if ctx.profile == "quick" else
+               "Full profile: the spec's converged run (12000 steps, batch 8000) reached Dist "
+               "0.011-0.019, steps within 0.5 % and loss within 1 %.")),
+        controls=controls,
+        details={"settings": settings, "Sigma eigenvalues": np.linalg.eigvalsh(Sigma),
+                 "Dist(Sigma^-1, I)": dist_sigma_inv, "n": n, "d": d, "per L": per_L,
+                 "parts": parts, "device": ctx.device},
+        figures=figures,
+    )
+
+
+# =====================================================================================
+# Theorem 3 / Theorem 1 setting, full P, Q, one layer
+# =====================================================================================
+FULL_QUICK = dict(steps=1500, batch=1000, lr=0.05, halve_every=400, betas=(0.9, 0.999))
+FULL_FULL = dict(steps=10000, batch=8000, lr=0.01, halve_every=2500, betas=(0.9, 0.999))
+#: Tolerances: (weighted relative error of the preconditioner, relative loss excess,
+#: norm of the output-relevant blocks outside eq. 8 relative to ||Gamma*||).
+FULL_TOL = {"quick": (0.05, 0.05, 0.05), "full": (0.02, 0.01, 0.02)}
+
+
+def _weighted_err(G, G_ref, Sh) -> float:
+    """``||Sigma^{1/2} (G - G_ref) Sigma^{1/2}||_F / ||Sigma^{1/2} G_ref Sigma^{1/2}||_F``."""
+    return float(np.linalg.norm(Sh @ (G - G_ref) @ Sh) / np.linalg.norm(Sh @ G_ref @ Sh))
+
+
+@check("preconditioned_gd.torch.theorem3_full",
+       covers=["preconditioned_gd.single_layer.optimal_preconditioner_inverse_task",
+               "preconditioned_gd.single_layer.optimal_loss_inverse_task"],
+       method="torch", needs=("torch",),
+       title="One layer, every entry of P, Q trained: the effective preconditioner is "
+             "n/(n+d+1) Sigma^{-1}")
+def theorem3_full(ctx):
+    """Train one layer with full ``(d+1) x (d+1)`` matrices ``P, Q`` (spec §2.1-2.3).
+
+    Only the last row ``b^T`` of ``P`` and the first ``d`` columns of ``Q`` reach the output
+    (eq. 14); at the optimum ``b = p e_{d+1}``, ``Q[:, 1:d] = -p^{-1} [Gamma*; 0]`` with
+    ``Gamma* = n/(n+d+1) Sigma^{-1}`` (Theorem-3 data model, ``L = 1``). The learned effective
+    preconditioner ``Gamma = -p Q[1:d, 1:d]`` is compared with ``Gamma*`` in the
+    ``Sigma^{1/2} . Sigma^{1/2}`` metric; the relevant off-blocks ``P[d+1, 1:d]``,
+    ``Q[d+1, 1:d]`` must vanish; the paired held-out loss excess and the MC loss of
+    ``Gamma*`` vs ``optimal_loss_inverse_task``. Init: all entries ``N(0, 0.1^2)``.
+    """
+    from verify.models.linear_transformer import LinearTransformer, dist_to_identity, sparse_layers
+    from verify.models.linear_transformer import train_adam
+
+    n, d = N_CONTEXT, DIM
+    settings = ctx.pick(quick=FULL_QUICK, full=FULL_FULL)
+    tol_pre, tol_excess, tol_off = FULL_TOL[ctx.profile]
+    total = ctx.pick(quick=50_000, full=1_000_000)
+    Sigma = _setting(ctx)
+    Sh = _sqrt_psd(Sigma, 0.5)
+    gen = ctx.torch_generator(ctx.device)
+    model = LinearTransformer(d, 1, "full", device=ctx.device).init_(gen, 0.1)
+    run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
+                     iterate=ctx.iterate, **settings)
+    G = _window_mean(run.A_log)[0]
+    G_star = np.asarray(_cf("preconditioned_gd.single_layer.optimal_preconditioner_inverse_task",
+                            Sigma=Sigma, n=n), dtype=float)
+    G_wrong = np.asarray(_cf("preconditioned_gd.single_layer.optimal_preconditioner",
+                             Sigma=Sigma, n=n), dtype=float)
+    f_star = float(_cf("preconditioned_gd.single_layer.optimal_loss_inverse_task", d=d, n=n))
+    f_wrong = float(_cf("preconditioned_gd.single_layer.optimal_loss_inverse_task", d=d, n=n // 2))
+    err = _weighted_err(G, G_star, Sh)
+    err_wrong = _weighted_err(G, G_wrong, Sh)
+    off = model.off_block_norms()
+    off_rel = max(off["P last row"], off["Q last row"]) / float(np.linalg.norm(G_star))
+    P, Q = (t.detach().cpu().numpy() for t in model.matrices())
+    est = _paired_loss(ctx.rng, Sigma, n, total, (P, Q), sparse_layers(G_star[None]))
+    f_tr, f_opt, delta = est.mean
+    se_tr, se_opt, se_delta = est.se
+    z_crit = z_threshold(2)
+    z_opt = (f_opt - f_star) / se_opt
+    parts = {"weighted preconditioner error / tol": err / tol_pre,
+             "off-block norm / ||Gamma*|| / tol": off_rel / tol_off,
+             "paired loss excess / f* / tol": (delta / f_star) / tol_excess,
+             "|z| MC f(Gamma*) vs optimal_loss / z_crit": abs(z_opt) / z_crit,
+             "-z(trained - optimum) / z_crit": -(delta / se_delta) / z_crit}
+    M = Sh @ G @ Sh
+    return Outcome(
+        measured={"Gamma (weighted error)": err, "held-out loss": f_tr,
+                  "step tr(Sigma^1/2 Gamma Sigma^1/2)/d": float(np.trace(M) / d)},
+        predicted={"Gamma*": G_star, "optimal_loss": f_star, "step": n / (n + d + 1)},
+        discrepancy=max(parts.values()), tolerance=1.0,
+        criterion=(f"max of normalised discrepancies <= 1: ||Sigma^1/2 (Gamma - Gamma*) "
+                   f"Sigma^1/2||_F / ||Sigma^1/2 Gamma* Sigma^1/2||_F <= {tol_pre}, output-"
+                   f"relevant off-blocks <= {tol_off} ||Gamma*||, paired loss excess <= "
+                   f"{tol_excess:.0%} of f*, MC f(Gamma*) within z_crit = {z_crit:.2f} s.e., not "
+                   "significantly below the optimum. Quick tolerances: after 1500 steps the "
+                   "runs tried reached ~1 % (window-averaged); 5 % is still far below the "
+                   "wrong-task preconditioner's distance" if ctx.profile == "quick" else
+                   f"max of normalised discrepancies <= 1 (full profile tolerances {FULL_TOL['full']})"),
+        controls=[
+            Control("Theorem 1's preconditioner (task w ~ N(0, I), with the tr(Sigma) ridge): "
+                    "weighted error", err_wrong, tol_pre),
+            Control("plain GD (Gamma proportional to I): Dist(Gamma, I)",
+                    float(dist_to_identity(G)), tol_pre),
+            Control("MC f(Gamma*) vs optimal_loss_inverse_task at the wrong context length n/2: |z|",
+                    abs((f_opt - f_wrong) / se_opt), z_crit),
+        ],
+        details={"settings": settings, "Sigma eigenvalues": np.linalg.eigvalsh(Sigma),
+                 "parts": parts, "off-block norms": off, "Dist(Sigma^1/2 Gamma Sigma^1/2, I)":
+                 float(dist_to_identity(M)), "held-out": {"trained": [f_tr, se_tr],
+                 "Gamma*": [f_opt, se_opt], "paired excess": [delta, se_delta]},
+                 "seconds": run.seconds, "device": ctx.device},
+    )
+
+
+# =====================================================================================
+# Theorem 4, GD++ (eq. 11)
+# =====================================================================================
+#: Quick: L = 2 started ON the sparse optimum (A_l = a*_l Sigma^{-1}, eq.-11 sign) with random
+#: B_l of Dist(B, I) ~ 1, a short run. Full: L = 3 from a small random init, the authors'
+#: AdamW(0.1, betas (0.99, 0.9)) halved every 4000 steps (their run: 100000 steps, batch
+#: 20000; shortened here, still GPU-scale).
+GDPP_QUICK = dict(steps=1500, batch=1000, lr=0.02, halve_every=400, betas=(0.99, 0.9))
+GDPP_FULL = dict(steps=40000, batch=20000, lr=0.1, halve_every=4000, betas=(0.99, 0.9),
+                 optimizer="adamw")
+#: Tolerance on Dist(B_l, I) (l < L - 1) and Dist(Sigma^1/2 A_l Sigma^1/2, I).
+GDPP_TOL = {"quick": 0.3, "full": 0.1}
+
+
+@check("preconditioned_gd.torch.theorem4_gdpp",
+       covers=["preconditioned_gd.gdpp.loss", "preconditioned_gd.multi_layer.optimal_loss"],
+       method="torch", needs=("torch",),
+       title="Theorem 4 / Figs. 3-5: Adam on the GD++ transformer (eq. 11) drives B_l to "
+             "multiples of I and beats preconditioned GD")
+def theorem4_gdpp(ctx):
+    """Train the general parametrisation (eq. 11) and look for the GD++ structure.
+
+    **Quick profile (a local test, not the paper's experiment):** ``L = 2`` started on the
+    sparse optimum ``A_l = -a*_l Sigma^{-1}`` (eq.-11 sign; ``optimal_steps``) with random
+    ``B_l`` (entries ``N(0, 0.05^2)``, so ``Dist(B_l, I)`` starts near 1). Theorem 4's set
+    ``B_l = b_l I`` predicts ``Dist(B_0, I)`` to fall while ``B_0`` grows along ``I``, and the
+    loss to drop below ``optimal_loss`` (GD++ beats preconditioned GD). ``B_{L-1}`` never
+    reaches the output (footnote 4): it gets no gradient and keeps its random ``Dist`` -- the
+    negative control of the same statistic. The trained weights projected on the set
+    (``a_l = tr(Sigma^{1/2} A_l Sigma^{1/2}) / d``, ``b_0 = tr B_0 / d``) are evaluated by
+    Monte Carlo against ``preconditioned_gd.gdpp.loss``.
+
+    **Full profile:** ``L = 3`` from a small random init with the authors' optimiser; the
+    same statistics (spec: did not converge in 5 CPU minutes; needs the GPU).
+    """
+    from verify.models.linear_transformer import (
+        LinearTransformer, dist_to_identity, general_layers, sparse_layers, train_adam)
+
+    n, d = N_CONTEXT, DIM
+    L = ctx.pick(quick=2, full=3)
+    settings = ctx.pick(quick=GDPP_QUICK, full=GDPP_FULL)
+    tol = GDPP_TOL[ctx.profile]
+    total = ctx.pick(quick=30_000, full=1_000_000)
+    Sigma = _setting(ctx)
+    Sh, Sinv = _sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
+    gen = ctx.torch_generator(ctx.device)
+    model = LinearTransformer(d, L, "gdpp", device=ctx.device)
+    a_sparse = np.asarray(_cf("preconditioned_gd.multi_layer.optimal_steps", n=n, d=d, L=L),
+                          dtype=float)
+    if ctx.profile == "quick":
+        model.init_(gen, 0.05)
+        B0 = model.B.detach().cpu().numpy()
+        model.load_(A=-a_sparse[:, None, None] * Sinv, B=B0)
+    else:
+        model.init_(gen, 1e-3)
+    B_init = model.B.detach().cpu().numpy().copy()
+    run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
+                     iterate=ctx.iterate, **settings)
+    A = -_window_mean(run.A_log)           # back to the eq.-11 sign
+    B = _window_mean(run.B_log)
+    M = np.einsum("ij,ljk,km->lim", Sh, A, Sh)
+    dist_B = dist_to_identity(B)
+    dist_B_init = dist_to_identity(B_init)
+    dist_M = dist_to_identity(M)
+    a = np.trace(M, axis1=1, axis2=2) / d
+    b = np.trace(B, axis1=1, axis2=2) / d
+    # held-out: the trained model vs the sparse optimum (paired), and its projection on the set
+    A_proj, B_proj = a[:, None, None] * Sinv, b[:, None, None] * np.eye(d)
+    est = _paired_loss(ctx.rng, Sigma, n, total, general_layers(A, B),
+                       sparse_layers(a_sparse[:, None, None] * Sinv))
+    est_proj = _paired_loss(ctx.rng, Sigma, n, total, general_layers(A_proj, B_proj),
+                            sparse_layers(a_sparse[:, None, None] * Sinv))
+    f_tr, f_sparse, delta = est.mean
+    se_delta = est.se[2]
+    f_proj, se_proj = est_proj.mean[0], est_proj.se[0]
+    f_sparse_star = float(_cf("preconditioned_gd.multi_layer.optimal_loss", n=n, d=d, L=L))
+    z_crit = z_threshold(3)
+    relevant = slice(0, L - 1)
+    parts = {"max_{l<L-1} Dist(B_l, I) / tol": float(dist_B[relevant].max()) / tol,
+             "max_l Dist(Sigma^1/2 A_l Sigma^1/2, I) / tol": float(dist_M.max()) / tol,
+             "-z_crit / z(trained - sparse optimum) (z must be < -z_crit)":
+                 (-z_crit / (delta / se_delta)) if delta < 0 else float("inf")}
+    details_gdpp = {}
+    if L <= 2:
+        f_gdpp = float(_cf("preconditioned_gd.gdpp.loss", n=n, d=d, a=list(a), b=list(b)))
+        z_gdpp = (f_proj - f_gdpp) / se_proj
+        parts["|z| MC loss of the projection vs gdpp.loss / z_crit"] = abs(z_gdpp) / z_crit
+        f_gdpp_wrong = float(_cf("preconditioned_gd.gdpp.loss", n=n, d=d, a=list(a),
+                                 b=[0.0] * L))
+        details_gdpp = {"gdpp.loss at the projection": f_gdpp, "z": z_gdpp,
+                        "gdpp.loss with b = 0 (control)": f_gdpp_wrong}
+    controls = [Control("B_{L-1} (no gradient, footnote 4): Dist(B_{L-1}, I)",
+                        float(dist_B[L - 1]), tol),
+                Control("plain GD (A_l proportional to I): min_l Dist(A_l, I)",
+                        float(dist_to_identity(A).min()), tol)]
+    if details_gdpp:
+        controls.append(Control("gdpp.loss with the B_l dropped (b = 0): |z|",
+                                abs((f_proj - details_gdpp["gdpp.loss with b = 0 (control)"])
+                                    / se_proj), z_crit))
+    return Outcome(
+        measured={"Dist(B_l, I)": dist_B, "Dist(Sigma^1/2 A_l Sigma^1/2, I)": dist_M,
+                  "a_l (eq. 11 sign)": a, "b_l": b, "held-out loss": f_tr},
+        predicted={"Dist": 0.0, "loss below the sparse optimum": f_sparse_star},
+        discrepancy=max(parts.values()), tolerance=1.0,
+        criterion=(f"max of normalised discrepancies <= 1: Dist(B_l, I) (l < L-1) and "
+                   f"Dist(Sigma^1/2 A_l Sigma^1/2, I) <= {tol}, the paired held-out loss "
+                   f"significantly (z < -{z_crit:.2f}) below the sparse optimum, and (L <= 2) the "
+                   "MC loss of the weights projected on {a_l Sigma^-1, b_l I} within z_crit s.e. "
+                   "of gdpp.loss. "
+                   + ("Quick: a local test from the sparse optimum with random B_l "
+                      f"(initial Dist(B_l, I) = {np.round(dist_B_init, 3).tolist()}); {tol} is "
+                      "about a third of that." if ctx.profile == "quick" else
+                      "Full: L = 3 from a small random init.")),
+        controls=controls,
+        details={"settings": settings, "L": L, "initial Dist(B_l, I)": dist_B_init,
+                 "parts": parts, "held-out": {"trained": [f_tr, est.se[0]],
+                 "sparse optimum": [f_sparse, est.se[1]], "paired": [delta, se_delta],
+                 "projection": [f_proj, se_proj]}, "optimal_loss (sparse)": f_sparse_star,
+                 **details_gdpp, "seconds": run.seconds, "device": ctx.device},
+    )

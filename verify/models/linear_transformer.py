@@ -1,0 +1,739 @@
+"""The L-layer linear transformer of Ahn, Cheng, Daneshmand, Sra 2023 (numpy and torch).
+
+K. Ahn, X. Cheng, H. Daneshmand, S. Sra, *Transformers learn to implement preconditioned
+gradient descent for in-context learning*, NeurIPS 2023, §2-5.
+
+Tokens are **columns** (eq. 1)::
+
+    Z_0 = [[x^(1) ... x^(n)  x^(n+1)],
+           [y^(1) ... y^(n)  0      ]]      shape (d + 1, n + 1)
+
+One layer (eqs. 2-4) is ``Z_{l+1} = Z_l + (1/n) P_l Z_l M (Z_l^T Q_l Z_l)`` with the mask
+``M = diag(1, ..., 1, 0)`` (the query is not a key or value), and the prediction is
+``TF_L = -[Z_L]_{d+1, n+1}``; the loss is ``E (TF_L - y_q)^2`` (eq. 5 with its sign typo
+corrected, App. A.1 eq. 58). Since ``Z M Z^T = Z_c Z_c^T`` (``Z_c``: the ``n`` context
+columns), a linear layer is ``Z + (1/n) P (Z_c Z_c^T) Q Z``, which costs ``O(n d^2)`` per
+prompt instead of the ``O(n^2 d)`` of the attention matrix (the recursions of eq. 57 are
+its block form). The ReLU layer of §6 applies ``max(0, .)`` entrywise to ``Z^T Q Z`` and
+needs the attention matrix.
+
+Parametrisations: sparse (eq. 8) ``P = E_{d+1,d+1}``, ``Q = -[[A, 0], [0, 0]]`` (a
+**minus** sign), general (eq. 11) ``P = [[B, 0], [0, 1]]``, ``Q = [[A, 0], [0, 0]]`` (no
+minus sign). Lemma 1: under eq. 8 the forward pass is preconditioned gradient descent on
+``R(w) = (1/2n) sum_i (w^T x_i - y_i)^2`` from ``w_0 = 0`` with preconditioner ``A_l^T``
+(the paper prints ``A_l``; equal for symmetric ``A_l``).
+
+Contents
+--------
+forward              numpy forward pass ``Z_L`` (linear or ReLU attention)
+predict              ``TF_L = -[Z_L]_{d+1,n+1}``
+sparse_layers        ``(P, Q)`` of eq. 8 from ``A_0..A_{L-1}``
+general_layers       ``(P, Q)`` of eq. 11 from ``A_l, B_l``
+preconditioned_gd    ``w_{l+1} = w_l - A_l grad R(w_l)``, ``grad R = S w - h``
+dist_to_identity     the paper's ``Dist(M, I) = ||M - (tr M / d) I||_F / ||M||_F`` (§4.3)
+LinearTransformer    torch module, parametrisations "full", "sparse", "gdpp"
+train_adam           Adam/AdamW on fresh prompts, lr halving, per-matrix gradient clipping
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, NamedTuple, Sequence
+
+import numpy as np
+
+try:  # torch is needed only for the trainable model
+    import torch
+    from torch import nn
+except ImportError:  # pragma: no cover
+    torch = nn = None
+
+__all__ = ["ACTIVATIONS", "PARAMETRISATIONS", "GDResult", "LinearTransformer", "TrainResult",
+           "dist_to_identity", "forward", "general_layers", "predict", "preconditioned_gd",
+           "sample_tokens_torch", "sparse_layers", "train_adam"]
+
+ACTIVATIONS = (None, "relu")
+PARAMETRISATIONS = ("full", "sparse", "gdpp")
+
+
+# =====================================================================================
+# Validation
+# =====================================================================================
+def _as_array(name: str, value, ndim: int | tuple[int, ...]) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected real numbers, got {type(value).__name__}") from None
+    ndims = (ndim,) if isinstance(ndim, int) else ndim
+    if arr.ndim not in ndims:
+        raise ValueError(f"{name}: expected {' or '.join(map(str, ndims))} dimensions, "
+                         f"got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: contains NaN or infinity")
+    return arr
+
+
+def _tokens(Z0) -> np.ndarray:
+    Z = _as_array("Z0", Z0, (2, 3))
+    if Z.ndim == 2:
+        Z = Z[None]
+    if Z.shape[1] < 2 or Z.shape[2] < 2:
+        raise ValueError(f"Z0: expected shape (B, d + 1, n + 1) with d, n >= 1, got {Z.shape}")
+    return Z
+
+
+def _layer_stack(name: str, mats, size: int | None) -> np.ndarray:
+    """A list of L square matrices (or an (L, k, k) array) as an (L, k, k) array."""
+    if isinstance(mats, np.ndarray) and mats.ndim == 2:
+        raise ValueError(f"{name}: expected a list of L matrices (or an (L, k, k) array), "
+                         "got a single matrix; wrap it in a list")
+    arr = _as_array(name, mats if not isinstance(mats, (list, tuple)) else list(mats), 3)
+    if arr.shape[0] < 1:
+        raise ValueError(f"{name}: expected at least one layer")
+    if arr.shape[1] != arr.shape[2]:
+        raise ValueError(f"{name}: expected square matrices, got shape {arr.shape[1:]}")
+    if size is not None and arr.shape[1] != size:
+        raise ValueError(f"{name}: expected {size} x {size} matrices, got {arr.shape[1:]}")
+    return arr
+
+
+def _activation(activation):
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation: expected one of {ACTIVATIONS}, got {activation!r}")
+    return activation
+
+
+# =====================================================================================
+# numpy forward
+# =====================================================================================
+def forward(Z0, P, Q, activation=None, return_all: bool = False):
+    """The L-layer forward pass (eqs. 2-4), vectorised over prompts.
+
+    ``Z_{l+1} = Z_l + (1/n) P_l Z_l M sigma(Z_l^T Q_l Z_l)`` with the mask ``M =
+    diag(1, ..., 1, 0)`` and ``sigma`` the identity (linear attention) or ReLU (§6).
+
+    Parameters
+    ----------
+    Z0 : array_like (B, d + 1, n + 1) or (d + 1, n + 1)
+        Token matrices, tokens as columns, the query last (eq. 1).
+    P, Q : sequence of L arrays (d + 1, d + 1), or arrays (L, d + 1, d + 1)
+        Value and key-query matrices ``P_l = W_v``, ``Q_l = W_k^T W_q``.
+    activation : {None, "relu"}
+        None: linear attention. ``"relu"``: entrywise ReLU on ``Z^T Q Z``.
+    return_all : bool
+        Also return every ``Z_l``.
+
+    Returns
+    -------
+    ndarray (B, d + 1, n + 1)
+        ``Z_L``; with ``return_all``, an array (L + 1, B, d + 1, n + 1) of ``Z_0..Z_L``.
+    """
+    Z = _tokens(Z0)
+    k = Z.shape[1]
+    P = _layer_stack("P", P, k)
+    Q = _layer_stack("Q", Q, k)
+    if P.shape[0] != Q.shape[0]:
+        raise ValueError(f"Q: expected {P.shape[0]} layers like P, got {Q.shape[0]}")
+    activation = _activation(activation)
+    n = Z.shape[2] - 1
+    out = [Z]
+    for Pl, Ql in zip(P, Q):
+        Zc = Z[:, :, :n]                                    # keys/values: the context columns
+        if activation is None:
+            G = np.einsum("bki,bli->bkl", Zc, Zc)           # Z M Z^T = Z_c Z_c^T
+            upd = np.einsum("kl,blm,mj,bji->bki", Pl, G, Ql, Z, optimize=True)
+        else:
+            scores = np.einsum("bki,kl,blj->bij", Zc, Ql, Z, optimize=True)  # (B, n, n + 1)
+            upd = np.einsum("kl,bli,bij->bkj", Pl, Zc, np.maximum(scores, 0.0), optimize=True)
+        Z = Z + upd / n
+        out.append(Z)
+    return np.stack(out) if return_all else Z
+
+
+def predict(Z0, P, Q, activation=None) -> np.ndarray:
+    """``TF_L(Z_0) = -[Z_L]_{d+1, n+1}`` (eq. 4), shape (B,)."""
+    Z = forward(Z0, P, Q, activation)
+    return -Z[:, -1, -1]
+
+
+def _square_stack(name: str, mats, d: int | None = None) -> np.ndarray:
+    return _layer_stack(name, mats, d)
+
+
+def sparse_layers(A_list) -> tuple[np.ndarray, np.ndarray]:
+    """``(P, Q)`` of the sparse parametrisation, eq. 8.
+
+    ``P_l = [[0, 0], [0, 1]] = E_{d+1,d+1}``, ``Q_l = -[[A_l, 0], [0, 0]]`` (minus sign).
+
+    Parameters
+    ----------
+    A_list : sequence of L arrays (d, d), or an array (L, d, d)
+
+    Returns
+    -------
+    P, Q : ndarrays (L, d + 1, d + 1)
+    """
+    A = _square_stack("A_list", A_list)
+    L, d = A.shape[0], A.shape[1]
+    P = np.zeros((L, d + 1, d + 1))
+    P[:, d, d] = 1.0
+    Q = np.zeros((L, d + 1, d + 1))
+    Q[:, :d, :d] = -A
+    return P, Q
+
+
+def general_layers(A_list, B_list) -> tuple[np.ndarray, np.ndarray]:
+    """``(P, Q)`` of the general parametrisation, eq. 11 (GD++).
+
+    ``P_l = [[B_l, 0], [0, 1]]``, ``Q_l = [[A_l, 0], [0, 0]]`` (**no** minus sign).
+
+    Parameters
+    ----------
+    A_list, B_list : sequences of L arrays (d, d), or arrays (L, d, d)
+        ``B_{L-1}`` never reaches the prediction (footnote 4) but is part of ``P_{L-1}``.
+
+    Returns
+    -------
+    P, Q : ndarrays (L, d + 1, d + 1)
+    """
+    A = _square_stack("A_list", A_list)
+    B = _square_stack("B_list", B_list, A.shape[1])
+    if B.shape[0] != A.shape[0]:
+        raise ValueError(f"B_list: expected {A.shape[0]} layers like A_list, got {B.shape[0]}")
+    L, d = A.shape[0], A.shape[1]
+    P = np.zeros((L, d + 1, d + 1))
+    P[:, :d, :d] = B
+    P[:, d, d] = 1.0
+    Q = np.zeros((L, d + 1, d + 1))
+    Q[:, :d, :d] = A
+    return P, Q
+
+
+class GDResult(NamedTuple):
+    """Result of :func:`preconditioned_gd`.
+
+    Attributes
+    ----------
+    w : ndarray (B, d)
+        The final iterate ``w_L``.
+    prediction : ndarray (B,)
+        ``<x_q, w_L>``.
+    iterates : ndarray (L + 1, B, d)
+        ``w_0 = 0, w_1, ..., w_L``.
+    """
+
+    w: np.ndarray
+    prediction: np.ndarray
+    iterates: np.ndarray
+
+
+def _gd_data(data) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y_context)`` from Prompts or a pair ``(X, y)``."""
+    if hasattr(data, "X") and hasattr(data, "y"):
+        return np.asarray(data.X, dtype=np.float64), np.asarray(data.y, dtype=np.float64)[:, :-1]
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise ValueError("data: expected Prompts or a pair (X, y) with X (B, d, n + 1) and "
+                         "y (B, n) or (B, n + 1)")
+    X = _as_array("X", data[0], 3)
+    y = _as_array("y", data[1], 2)
+    n = X.shape[2] - 1
+    if n < 1 or y.shape[0] != X.shape[0] or y.shape[1] not in (n, n + 1):
+        raise ValueError(f"y: expected shape ({X.shape[0]}, {n}) or ({X.shape[0]}, {n + 1}) "
+                         f"for X of shape {X.shape}, got {y.shape}")
+    return X, y[:, :n]
+
+
+def preconditioned_gd(data, A_list) -> GDResult:
+    """Preconditioned gradient descent on the in-context least-squares risk (§3, Lemma 1).
+
+    ``w_0 = 0``, ``w_{l+1} = w_l - A_l grad R(w_l)`` with ``R(w) = (1/2n) sum_{i<=n}
+    (w^T x_i - y_i)^2`` and ``grad R(w) = S w - h``, ``S = (1/n) sum x_i x_i^T``, ``h =
+    (1/n) sum y_i x_i`` (``= S w*`` for noiseless labels). The recursion is the one the
+    paper prints; the sparse transformer (eq. 8) with matrices ``A_l`` computes it with
+    ``A_l^T`` (pass the transposes to reproduce the forward pass).
+
+    Parameters
+    ----------
+    data : Prompts or (X, y)
+        ``X`` (B, d, n + 1) covariates as columns, the query last; ``y`` (B, n) context
+        labels (a trailing query label column is ignored).
+    A_list : sequence of L arrays (d, d), or an array (L, d, d)
+
+    Returns
+    -------
+    GDResult
+    """
+    X, y = _gd_data(data)
+    n = X.shape[2] - 1
+    A = _square_stack("A_list", A_list, X.shape[1])
+    Xc = X[:, :, :n]
+    S = np.einsum("bdi,bei->bde", Xc, Xc) / n
+    h = np.einsum("bdi,bi->bd", Xc, y) / n
+    w = np.zeros_like(h)
+    its = [w]
+    for Al in A:
+        grad = np.einsum("bde,be->bd", S, w) - h
+        w = w - grad @ Al.T
+        its.append(w)
+    pred = np.einsum("bd,bd->b", X[:, :, n], w)
+    return GDResult(w=w, prediction=pred, iterates=np.stack(its))
+
+
+def dist_to_identity(M) -> np.ndarray:
+    """``Dist(M, I) = min_a ||M - a I||_F / ||M||_F = ||M - (tr M / d) I||_F / ||M||_F`` (§4.3).
+
+    Parameters
+    ----------
+    M : array_like (..., d, d)
+
+    Returns
+    -------
+    ndarray (...)
+    """
+    M = _as_array("M", M, (2, 3, 4))
+    if M.shape[-1] != M.shape[-2]:
+        raise ValueError(f"M: expected square matrices, got shape {M.shape}")
+    d = M.shape[-1]
+    a = np.trace(M, axis1=-2, axis2=-1) / d
+    R = M - a[..., None, None] * np.eye(d)
+    return np.linalg.norm(R, axis=(-2, -1)) / np.linalg.norm(M, axis=(-2, -1))
+
+
+# =====================================================================================
+# torch
+# =====================================================================================
+def _positive_int(name: str, value, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+    if int(value) < low:
+        raise ValueError(f"{name}: must be >= {low}, got {value}")
+    return int(value)
+
+
+def _positive_float(name: str, value, allow_zero: bool = False) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a real number, got {value!r}") from None
+    if not np.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
+        raise ValueError(f"{name}: must be a finite number {'>=' if allow_zero else '>'} 0, "
+                         f"got {value!r}")
+    return x
+
+
+def _check_generator(generator):
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
+    return generator
+
+
+def _validate_sigma(Sigma) -> np.ndarray:
+    from theory.params import covariance
+
+    return covariance("Sigma", "covariance of the covariates").validate(Sigma, {})
+
+
+class TokenBatch(NamedTuple):
+    """Torch prompts: ``Z`` (B, d + 1, n + 1) token matrices (query label 0) and the query
+    targets ``y_q`` (B,)."""
+
+    Z: "torch.Tensor"
+    y_q: "torch.Tensor"
+
+
+def sample_tokens_torch(Sigma, n: int, batch: int, *, generator, task: str = "inverse",
+                        device=None, chol=None) -> TokenBatch:
+    """Draw prompts of the Ahn et al. data model in torch (float64).
+
+    ``x^(1..n+1) ~ N(0, Sigma)`` through a Cholesky factor ``C`` (``Sigma = C C^T``),
+    ``w* = C^{-T} g ~ N(0, Sigma^{-1})`` (``task="inverse"``, Theorems 3-4) or ``w* = g ~
+    N(0, I)`` (``task="identity"``), noiseless labels. Same law as
+    :func:`verify.tasks.preconditioned_gd.sample_prompts`, drawn from a ``torch.Generator``.
+
+    Parameters
+    ----------
+    Sigma : array_like
+        d x d SPD covariance or its eigenvalues (ignored when ``chol`` is given).
+    n, batch : int
+        Context length (query excluded) and number of prompts.
+    generator : torch.Generator
+    task : {"inverse", "identity"}
+    device : optional
+        Defaults to the generator's device.
+    chol : Tensor (d, d), optional
+        Precomputed lower Cholesky factor on ``device``.
+    """
+    n = _positive_int("n", n)
+    batch = _positive_int("batch", batch)
+    generator = _check_generator(generator)
+    if task not in ("inverse", "identity"):
+        raise ValueError(f"task: expected 'inverse' or 'identity', got {task!r}")
+    device = torch.device(device) if device is not None else generator.device
+    if chol is None:
+        chol = torch.as_tensor(np.linalg.cholesky(_validate_sigma(Sigma)), dtype=torch.float64,
+                               device=device)
+    d = chol.shape[0]
+    x = torch.randn(batch, n + 1, d, generator=generator, device=device,
+                    dtype=chol.dtype) @ chol.T                    # rows ~ N(0, Sigma)
+    u = torch.randn(batch, d, generator=generator, device=device, dtype=chol.dtype)
+    if task == "inverse":                                          # w = C^{-T} u: rows u C^{-1}
+        eye = torch.eye(d, dtype=chol.dtype, device=device)
+        u = u @ torch.linalg.solve_triangular(chol, eye, upper=False)
+    y = (x * u[:, None, :]).sum(-1)                                # (B, n + 1)
+    y_q = y[:, n].clone()
+    y[:, n] = 0.0
+    return TokenBatch(torch.cat([x.transpose(1, 2), y[:, None, :]], dim=1), y_q)
+
+
+if torch is not None:
+
+    class LinearTransformer(nn.Module):
+        """L-layer linear transformer (eqs. 2-4) on full token matrices, masked, float64.
+
+        Parameters
+        ----------
+        d : int
+            Covariate dimension (tokens have ``d + 1`` rows).
+        L : int
+            Number of layers.
+        parametrisation : {"full", "sparse", "gdpp"}
+            ``"full"``: every entry of ``P_l, Q_l`` ((d+1) x (d+1)) trainable.
+            ``"sparse"`` (eq. 8): ``P_l = E_{d+1,d+1}``, ``Q_l = -[[A_l, 0], [0, 0]]``, only
+            ``A_l`` trainable. ``"gdpp"`` (eq. 11): ``P_l = [[B_l, 0], [0, 1]]``, ``Q_l =
+            [[A_l, 0], [0, 0]]``, ``A_l, B_l`` trainable, ``[P_l]_{d+1,d+1} = 1`` fixed.
+        dtype, device
+            Default float64 on the CPU.
+
+        Attributes
+        ----------
+        P, Q : Parameter (L, d+1, d+1)    ("full")
+        A : Parameter (L, d, d)           ("sparse", "gdpp")
+        B : Parameter (L, d, d)           ("gdpp")
+        """
+
+        def __init__(self, d: int, L: int, parametrisation: str = "full", *,
+                     dtype=torch.float64, device=None):
+            super().__init__()
+            self.d = _positive_int("d", d)
+            self.L = _positive_int("L", L)
+            if parametrisation not in PARAMETRISATIONS:
+                raise ValueError(f"parametrisation: expected one of {PARAMETRISATIONS}, "
+                                 f"got {parametrisation!r}")
+            self.parametrisation = parametrisation
+            opts = dict(dtype=dtype, device=device)
+            k = self.d + 1
+            if parametrisation == "full":
+                self.P = nn.Parameter(torch.zeros(self.L, k, k, **opts))
+                self.Q = nn.Parameter(torch.zeros(self.L, k, k, **opts))
+            else:
+                self.A = nn.Parameter(torch.zeros(self.L, self.d, self.d, **opts))
+                if parametrisation == "gdpp":
+                    self.B = nn.Parameter(torch.zeros(self.L, self.d, self.d, **opts))
+
+        def extra_repr(self) -> str:
+            return f"d={self.d}, L={self.L}, parametrisation={self.parametrisation!r}"
+
+        # -- weights ---------------------------------------------------------------
+        def matrices(self):
+            """``(P, Q)``, tensors (L, d+1, d+1) (differentiable)."""
+            if self.parametrisation == "full":
+                return self.P, self.Q
+            d, L = self.d, self.L
+            ref = self.A
+            P = torch.zeros(L, d + 1, d + 1, dtype=ref.dtype, device=ref.device)
+            P[:, d, d] = 1.0
+            if self.parametrisation == "gdpp":
+                P = P + nn.functional.pad(self.B, (0, 1, 0, 1))
+                Q = nn.functional.pad(self.A, (0, 1, 0, 1))
+            else:
+                Q = nn.functional.pad(-self.A, (0, 1, 0, 1))
+            return P, Q
+
+        def init_(self, generator, std: float) -> "LinearTransformer":
+            """i.i.d. ``N(0, std^2)`` entries for every trainable matrix, in place."""
+            generator = _check_generator(generator)
+            std = _positive_float("std", std, allow_zero=True)
+            with torch.no_grad():
+                for p in self.parameters():
+                    p.copy_(torch.randn(p.shape, generator=generator, device=generator.device,
+                                        dtype=p.dtype).to(p.device) * std)
+            return self
+
+        def load_(self, A=None, B=None, P=None, Q=None) -> "LinearTransformer":
+            """Set weights from arrays: ``A`` (and ``B``) for "sparse"/"gdpp", ``P, Q`` for
+            "full" (shapes (L, d, d) and (L, d+1, d+1))."""
+            def put(name, value, param, shape):
+                arr = _as_array(name, value.detach().cpu().numpy()
+                                if isinstance(value, torch.Tensor) else value, 3)
+                if arr.shape != shape:
+                    raise ValueError(f"{name}: expected shape {shape}, got {arr.shape}")
+                with torch.no_grad():
+                    param.copy_(torch.as_tensor(arr, dtype=param.dtype, device=param.device))
+
+            d, L = self.d, self.L
+            if self.parametrisation == "full":
+                if A is not None or B is not None or P is None or Q is None:
+                    raise ValueError("P: the full parametrisation is loaded from P and Q")
+                put("P", P, self.P, (L, d + 1, d + 1))
+                put("Q", Q, self.Q, (L, d + 1, d + 1))
+                return self
+            if P is not None or Q is not None or A is None:
+                raise ValueError(f"A: the {self.parametrisation} parametrisation is loaded "
+                                 "from A (and B)")
+            put("A", A, self.A, (L, d, d))
+            if self.parametrisation == "gdpp":
+                if B is None:
+                    raise ValueError("B: required for the gdpp parametrisation")
+                put("B", B, self.B, (L, d, d))
+            elif B is not None:
+                raise ValueError("B: the sparse parametrisation has no B")
+            return self
+
+        # -- forward ---------------------------------------------------------------
+        def forward(self, Z):
+            """``Z_L`` from token matrices ``Z`` (B, d+1, n+1) (eqs. 2-4, masked).
+
+            "full": ``Z + (1/n) P (Z_c Z_c^T) Q Z`` per layer. "sparse"/"gdpp": the block
+            recursions of eq. 57, ``X <- X + (1/n) B X_c X_c^T A X``, ``Y <- Y + (1/n) Y_c
+            X_c^T A X`` (``-A`` for "sparse"; ``X`` fixed), the same function.
+            """
+            if not isinstance(Z, torch.Tensor) or Z.ndim != 3 or Z.shape[1] != self.d + 1 \
+                    or Z.shape[2] < 2:
+                got = tuple(Z.shape) if isinstance(Z, torch.Tensor) else type(Z).__name__
+                raise ValueError(f"Z: expected a tensor of shape (B, {self.d + 1}, n + 1), "
+                                 f"got {got}")
+            n = Z.shape[2] - 1
+            d = self.d
+            if self.parametrisation == "full":
+                for Pl, Ql in zip(self.P, self.Q):
+                    Zc = Z[:, :, :n]
+                    G = Zc @ Zc.transpose(1, 2)
+                    Z = Z + (Pl @ G @ Ql @ Z) / n
+                return Z
+            X, Y = Z[:, :d, :], Z[:, d, :]
+            for l in range(self.L):
+                Xc = X[:, :, :n]
+                Al = self.A[l] if self.parametrisation == "gdpp" else -self.A[l]
+                v = (Xc * Y[:, None, :n]).sum(-1) @ Al             # Y_c X_c^T A_l, (B, d)
+                dY = (v[:, :, None] * X).sum(1)                    # (B, n + 1)
+                if self.parametrisation == "gdpp":
+                    K = self.B[l] @ (Xc @ Xc.transpose(1, 2))      # B_l X_c X_c^T
+                    X = X + (K @ Al @ X) / n
+                Y = Y + dY / n
+            return torch.cat([X, Y[:, None, :]], dim=1)
+
+        def predict(self, Z):
+            """``TF_L = -[Z_L]_{d+1, n+1}``, shape (B,)."""
+            return -self.forward(Z)[:, self.d, -1]
+
+        # -- read-offs -------------------------------------------------------------
+        def A_matrices(self) -> np.ndarray:
+            """Preconditioners in the eq.-8 convention (``Q_l = -[[A_l, 0], [0, 0]]`` with
+            ``[P_l]_{d+1,d+1} = 1``), numpy (L, d, d).
+
+            "sparse": ``A_l``; "gdpp": ``-A_l`` (eq. 11 carries no minus sign); "full": the
+            layer rescaled to ``[P_l]_{d+1,d+1} = 1`` (``P -> P/p``, ``Q -> p Q`` leaves the
+            layer unchanged), ``-p_l [Q_l]_{1:d,1:d}``.
+            """
+            with torch.no_grad():
+                if self.parametrisation == "sparse":
+                    A = self.A
+                elif self.parametrisation == "gdpp":
+                    A = -self.A
+                else:
+                    A = -self.P[:, self.d, self.d, None, None] * self.Q[:, :self.d, :self.d]
+                return A.detach().cpu().numpy().astype(np.float64)
+
+        def B_matrices(self) -> np.ndarray:
+            """``B_l`` of eq. 11, numpy (L, d, d): "gdpp" ``B_l``; "full" ``[P_l]_{1:d,1:d} /
+            [P_l]_{d+1,d+1}``; "sparse" zeros."""
+            with torch.no_grad():
+                if self.parametrisation == "gdpp":
+                    B = self.B
+                elif self.parametrisation == "full":
+                    B = self.P[:, :self.d, :self.d] / self.P[:, self.d, self.d, None, None]
+                else:
+                    B = torch.zeros_like(self.A)
+                return B.detach().cpu().numpy().astype(np.float64)
+
+        def off_block_norms(self) -> dict:
+            """Norms of the blocks outside eq. 11 (``"full"`` only; zeros otherwise), per
+            layer rescaled to ``[P_l]_{d+1,d+1} = 1`` and summed over layers (Frobenius).
+
+            ``"P last row"`` = ``P[d+1, 1:d]`` and ``"Q last row"`` = ``Q[d+1, 1:d]`` reach the
+            output (zero at the single-layer optimum, spec §2.2); ``"P last column"`` =
+            ``P[1:d, d+1]`` and ``"Q last column"`` = ``Q[:, d+1]`` do not for ``L = 1``.
+            """
+            names = ("P last row", "Q last row", "P last column", "Q last column")
+            if self.parametrisation != "full":
+                return dict.fromkeys(names, 0.0)
+            d = self.d
+            with torch.no_grad():
+                p = self.P[:, d, d][:, None]
+                blocks = (self.P[:, d, :d] / p, self.Q[:, d, :d] * p, self.P[:, :d, d] / p,
+                          self.Q[:, :, d] * p)
+                return {k: float(torch.linalg.norm(b)) for k, b in zip(names, blocks)}
+
+
+# =====================================================================================
+# Training
+# =====================================================================================
+@dataclass
+class TrainResult:
+    """Record of an Adam run (:func:`train_adam`).
+
+    Attributes
+    ----------
+    step : ndarray of int
+        Logged steps (0 is the initialisation).
+    batch_loss : ndarray
+        Mean squared error ``mean (TF_L - y_q)^2`` of the batch at each logged step (NaN at 0).
+    lr : ndarray
+        Learning rate at each logged step.
+    A_log, B_log : ndarray (T, L, d, d)
+        :meth:`LinearTransformer.A_matrices` / ``B_matrices`` at each logged step.
+    seconds : float
+        Wall time of the run.
+    settings : dict
+        The optimiser settings used.
+    """
+
+    step: np.ndarray
+    batch_loss: np.ndarray
+    lr: np.ndarray
+    A_log: np.ndarray = field(repr=False)
+    B_log: np.ndarray = field(repr=False)
+    seconds: float
+    settings: dict = field(default_factory=dict)
+
+
+def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, generator,
+               optimizer: str = "adam", betas=(0.9, 0.999), weight_decay: float = 0.0,
+               halve_every: int | None = None, clip: float | None = None,
+               resample_every: int = 1, task: str = "inverse", log_every: int = 10,
+               device=None, threads: int | None = 1,
+               iterate: Callable[[Iterable, str], Iterable] | None = None) -> TrainResult:
+    """Train a :class:`LinearTransformer` with Adam/AdamW on freshly sampled prompts (§4.3, §5.1).
+
+    Each step takes the loss ``mean (TF_L - y_q)^2`` on a batch (eq. 5, no 1/2); a new
+    batch is drawn every ``resample_every`` steps (the paper: every 100; 1 = online).
+    Before each step the gradient of every layer's matrix (each ``A_l``, ``B_l``, ``P_l``,
+    ``Q_l`` separately) is clipped to Frobenius norm ``clip`` (the paper clips at 0.01);
+    the learning rate is halved every ``halve_every`` steps.
+
+    Parameters
+    ----------
+    model : LinearTransformer
+        Trained in place (moved to ``device``).
+    Sigma : array_like
+        Covariance of the covariates (d x d SPD or eigenvalues).
+    n : int
+        Context length.
+    steps, batch : int
+    lr : float
+        Initial learning rate.
+    generator : torch.Generator
+        The only source of randomness (on ``device``).
+    optimizer : {"adam", "adamw"}
+    betas : pair of floats
+        Adam moments (the authors' notebooks: ``(0.99, 0.9)``).
+    weight_decay : float
+    halve_every : int, optional
+    clip : float, optional
+    resample_every : int
+    task : {"inverse", "identity"}
+        ``w* ~ N(0, Sigma^{-1})`` (Theorems 3-4) or ``N(0, I)``.
+    log_every : int
+    device : optional
+        Defaults to the generator's device.
+    threads : int or None
+        CPU threads during the run (tiny matrices: one thread is fastest); None: unchanged.
+    iterate : callable, optional
+        ``iterate(range, desc)`` progress wrapper.
+    """
+    if torch is None:  # pragma: no cover
+        raise ValueError("model: torch is not installed")
+    if not isinstance(model, LinearTransformer):
+        raise ValueError(f"model: expected a LinearTransformer, got {type(model).__name__}")
+    n = _positive_int("n", n)
+    steps = _positive_int("steps", steps, low=0)
+    batch = _positive_int("batch", batch)
+    lr = _positive_float("lr", lr)
+    generator = _check_generator(generator)
+    if optimizer not in ("adam", "adamw"):
+        raise ValueError(f"optimizer: expected 'adam' or 'adamw', got {optimizer!r}")
+    try:
+        b1, b2 = (float(b) for b in betas)
+    except (TypeError, ValueError):
+        raise ValueError(f"betas: expected two numbers in [0, 1), got {betas!r}") from None
+    if not (0 <= b1 < 1 and 0 <= b2 < 1):
+        raise ValueError(f"betas: expected two numbers in [0, 1), got {betas!r}")
+    weight_decay = _positive_float("weight_decay", weight_decay, allow_zero=True)
+    if halve_every is not None:
+        halve_every = _positive_int("halve_every", halve_every)
+    if clip is not None:
+        clip = _positive_float("clip", clip)
+    resample_every = _positive_int("resample_every", resample_every)
+    log_every = _positive_int("log_every", log_every)
+    lam = _validate_sigma(Sigma)
+    if lam.shape[0] != model.d:
+        raise ValueError(f"Sigma: dimension {lam.shape[0]} does not match the model's d = {model.d}")
+    device = torch.device(device) if device is not None else generator.device
+    if device.type != generator.device.type:
+        raise ValueError(f"generator: on {generator.device}, but device is {device}")
+    model.to(device)
+    chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=torch.float64, device=device)
+    opt_cls = torch.optim.AdamW if optimizer == "adamw" else torch.optim.Adam
+    opt = opt_cls(model.parameters(), lr=lr, betas=(b1, b2), weight_decay=weight_decay)
+    sched = (torch.optim.lr_scheduler.StepLR(opt, step_size=halve_every, gamma=0.5)
+             if halve_every else None)
+    params = list(model.parameters())
+
+    log_step, log_loss, log_lr, A_log, B_log = [], [], [], [], []
+
+    def log(k, loss):
+        log_step.append(k)
+        log_loss.append(loss)
+        log_lr.append(opt.param_groups[0]["lr"])
+        A_log.append(model.A_matrices())
+        B_log.append(model.B_matrices())
+
+    old_threads = torch.get_num_threads()
+    if threads is not None and device.type == "cpu":
+        torch.set_num_threads(_positive_int("threads", threads))
+    t0 = time.perf_counter()
+    try:
+        log(0, float("nan"))
+        loop = range(1, steps + 1)
+        if iterate is not None:
+            loop = iterate(loop, f"Adam, L={model.L}, {model.parametrisation}")
+        data = None
+        for k in loop:
+            if data is None or (k - 1) % resample_every == 0:
+                data = sample_tokens_torch(None, n, batch, generator=generator, task=task,
+                                           device=device, chol=chol)
+            opt.zero_grad(set_to_none=True)
+            loss = torch.mean((model.predict(data.Z) - data.y_q) ** 2)
+            loss.backward()
+            if clip is not None:
+                with torch.no_grad():
+                    for p in params:
+                        g = p.grad
+                        norms = torch.linalg.matrix_norm(g)            # per layer, (L,)
+                        g.mul_(torch.clamp(clip / (norms + 1e-300), max=1.0)[:, None, None])
+            opt.step()
+            if sched is not None:
+                sched.step()
+            if k % log_every == 0 or k == steps:
+                log(k, float(loss.detach()))
+    finally:
+        torch.set_num_threads(old_threads)
+    seconds = time.perf_counter() - t0
+    return TrainResult(
+        step=np.asarray(log_step, dtype=np.int64), batch_loss=np.asarray(log_loss),
+        lr=np.asarray(log_lr), A_log=np.asarray(A_log), B_log=np.asarray(B_log),
+        seconds=seconds,
+        settings=dict(optimizer=optimizer, lr=lr, betas=(b1, b2), weight_decay=weight_decay,
+                      halve_every=halve_every, clip=clip, batch=batch, steps=steps,
+                      resample_every=resample_every, task=task, device=str(device)))
