@@ -56,6 +56,13 @@ def _defaults():
         "L": 2,
         "R": 2,
         "j": 1,
+        # Bao et al. 2024 (a consistent point: i <= k <= T; theta = 1/2 is where the Lemma-2
+        # boundary errata differ from their printed indicators)
+        "i": 3, "k": 5, "T": 8, "trW": 0.7, "trW2": 1.3, "temperature": 2.0, "theta": 0.5,
+        "xi": 1.5, "eta": 0.8, "r": 4.0, "nu": 2.0, "sigma_max": 1.7, "sigma_min": 0.4,
+        "kappa1": 0.6, "kappa2": 1.3,
+        "W_Q": rng.standard_normal((3, 3)), "W_K": rng.standard_normal((3, 3)),
+        "W_QK": _rotated([0.9, -0.4, 0.3], seed=3),
         ("a", "steps"): [0.4, 1.1],
         ("b", "steps"): [0.5, 0.8],
     }

@@ -75,6 +75,10 @@ class ClosedForm:
         to the emitted function after the parameters, in the order of ``derived_names``.
     derived_names : tuple of str
         Names (in :func:`theory.symbols.sym`) of the auxiliary symbols.
+    example : dict or None
+        A parameter point that shows the record at work; for an erratum whose printed form
+        differs only on special points (e.g. boundary values of a limit), a point where the two
+        differ numerically.
     length : callable or None
         ``length(values, dims) -> int`` for a ``vector`` output whose expression is padded
         to a fixed size (e.g. step sizes of L <= 3 layers): only the first ``length``
@@ -98,6 +102,7 @@ class ClosedForm:
     derived: Callable[[dict, dict], dict] | None = None
     derived_names: tuple[str, ...] = ()
     length: Callable[[dict, dict], int] | None = None
+    example: dict | None = None
     doc: str = ""
     erratum: str = ""
     _fns: dict = field(default_factory=dict, repr=False)

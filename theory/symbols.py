@@ -24,7 +24,7 @@ def dim():
 def sym(name: str):
     """The sympy object for the parameter ``name``.
 
-    Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``) and the eigen-projectors
+    Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``, ``W_Q``, ``W_K``, ``W_QK``) and the eigen-projectors
     (``P``, ``P_prev``, ``E_m``) are D x D MatrixSymbols; ``D`` is :func:`dim`; ``N_max``,
     ``m``, ``n``, ``d``, ``L``, ``R``, ``i``, ``T`` are positive integers; ``t`` is nonnegative; the step sizes
     ``a_0, a_1, ...`` (and ``b_l``, ``c_l``), ``xi`` and ``trW`` are real; everything else is a positive real symbol.
@@ -45,7 +45,7 @@ def sym(name: str):
     return sp.Symbol(name, positive=True)
 
 
-_MATRICES = {"Lambda", "Lambda_q", "M", "A", "Sigma", "P", "P_prev", "E_m"}
+_MATRICES = {"Lambda", "Lambda_q", "M", "A", "Sigma", "P", "P_prev", "E_m", "W_Q", "W_K", "W_QK"}
 _INTEGERS = {"N_max", "m", "n", "d", "L", "R", "i", "T"}
 _NONNEGATIVE = {"t"}
 #: Real symbols of either sign: preconditioned-GD step sizes ``a_l`` and GD++ scales ``b_l``.

@@ -108,7 +108,7 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
             same = equal(r.expr, r.printed_expr)
             if r.erratum:
                 # negative control: the printed form of an erratum must differ, symbolically and in value
-                values = sample_params(r, ctx.rng)
+                values = dict(r.example) if r.example else sample_params(r, ctx.rng)
                 gap = rel_max(r(**values, printed=True), r(**values))
                 controls.append(Control(f"{r.id}: printed form (erratum) differs", 0.0 if same else gap, 1e-6))
             elif same:

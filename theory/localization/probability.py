@@ -1,1 +1,320 @@
-"""Placeholder: records are added here (Bao et al. 2024)."""
+"""The signal-propagation probability rho (Bao, Hataya, Karakida 2024, Definition 1, Sec. 4).
+
+``rho_i = P(u_i in [0, 1])`` with ``u_i`` the linearised softmax coordinate of
+:mod:`theory.localization.moments`. The paper approximates ``u_i`` as Gaussian (R2); with
+mean mu and variance v the interval probability is
+
+    rho = 1/2 erf((1 - mu)/sqrt(2 v)) + 1/2 erf(mu/sqrt(2 v)),
+
+which is *derived* here by integrating the normal density over [0, 1] (sympy). Substituting
+the exact finite-T moments gives ``localization.rho.gaussian``. The continuum form (eq. 6) uses
+the control parameters ``xi = tr(W)/sqrt(tr(W^2))``, ``eta = sqrt(tr(W^2))/lambda`` and
+``theta = i/T``: it is derived as the T -> infinity limit of the moments at fixed theta,
+substituted into the same interval probability; the 1/T offset gamma_0^i drops out.
+
+Errata (spec §2, §5.2):
+
+* eq. 6 uses Lemma 1's wrong variance, ``D(theta) = 2 theta^2 + 7/12`` in place of
+  ``D_c(theta) = 2 theta^2 - 2 theta + 7/12``; the printed rho misses Monte Carlo by up to 0.55;
+* Lemma 2.1/2.2: the limits are 1/2 (not 1) at the boundary points of the indicators;
+* Lemma 2.3 (uniformity) is false: at xi = 0, rho(theta) = 1/2 erf(1/(eta sqrt(2 D(theta))))
+  still varies with theta for every finite eta.
+
+Contains
+--------
+``localization.rho.gaussian``, ``.continuum``, ``.continuum_printed``, ``.late_site_limit``,
+``.early_site_limit``, ``.derivative_at_zero_xi``, ``.derivative_at_zero_xi_corrected``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from ..params import index, positive, real
+from ..registry import ClosedForm, register
+from .moments import I_KEY, PAPER, TEMP, TRW, TRW2, derive_mean, derive_variance, index_domain
+
+THETA = positive("theta", "Relative key position theta = i/T in (0, 1].")
+XI = real("xi", "Eigenspectrum control xi = tr(W)/sqrt(tr(W^2)), |xi| <= sqrt(d) (eq. 5).")
+ETA = positive("eta", "Eigenspectrum control eta = sqrt(tr(W^2))/lambda.")
+T_GAUSS = index("T", "Sequence length, T >= 2 (at T = 1, u_1 = 1 is deterministic: v = 0).", low=2)
+R_LIM = positive("r", "Limit of |xi eta| = |tr(W)|/lambda along the sequence of Lemma 2.1/2.2.")
+
+__all__ = ["interval_probability", "derive_gaussian", "derive_continuum", "printed_continuum",
+           "theta_domain"]
+
+
+def _sym(name):
+    from ..symbols import sym
+
+    return sym(name)
+
+
+def theta_domain(values: dict, dims: dict) -> None:
+    """theta in (0, 1] (positivity is checked by the parameter kind)."""
+    import numpy as np
+
+    if np.any(np.asarray(values["theta"]) > 1):
+        raise ValueError(f"theta: must be <= 1 (theta = i/T), got {values['theta']}")
+
+
+def _gaussian_domain(values: dict, dims: dict) -> None:
+    index_domain(values, dims)
+
+
+# -- R2: the Gaussian interval probability ---------------------------------------------------
+@cache
+def _interval_probability_generic():
+    import sympy as sp
+
+    m = sp.Symbol("m_u", real=True)
+    v = sp.Symbol("v_u", positive=True)
+    u = sp.Symbol("u", real=True)
+    pdf = sp.exp(-(u - m) ** 2 / (2 * v)) / sp.sqrt(2 * sp.pi * v)
+    return sp.integrate(pdf, (u, 0, 1)), m, v
+
+
+def interval_probability(mean, variance):
+    """P(N(mean, variance) in [0, 1]) from the integral of the normal density (R2)."""
+    expr, m, v = _interval_probability_generic()
+    return expr.xreplace({m: mean, v: variance})
+
+
+@cache
+def derive_gaussian():
+    return interval_probability(derive_mean(), derive_variance())
+
+
+@cache
+def continuum_moments():
+    """lim_{T -> oo} (mu^i, v^i) at i = theta T, tr(W) = xi eta lambda, tr(W^2) = eta^2 lambda^2."""
+    import sympy as sp
+
+    i, T, lam = _sym("i"), _sym("T"), _sym("temperature")
+    th, xi, eta = _sym("theta"), _sym("xi"), _sym("eta")
+    sub = {i: th * T, _sym("trW"): xi * eta * lam, _sym("trW2"): eta**2 * lam**2}
+    mu = sp.limit(derive_mean().xreplace(sub), T, sp.oo)
+    v = sp.limit(derive_variance().xreplace(sub), T, sp.oo)
+    return sp.simplify(mu), sp.factor(v)
+
+
+@cache
+def derive_continuum():
+    mu, v = continuum_moments()
+    return interval_probability(mu, v)
+
+
+def _phi(z, D):
+    """Eq. 6's Phi(z; theta) = 1/2 erf(z / sqrt(2 D(theta))) (not a CDF)."""
+    import sympy as sp
+
+    return sp.erf(z / sp.sqrt(2 * D)) / 2
+
+
+def printed_continuum():
+    """Eq. 6: Phi((theta - 1/2) xi; theta) - Phi((theta - 1/2) xi - 1/eta; theta), D = 2 theta^2 + 7/12."""
+    import sympy as sp
+
+    th, xi, eta = _sym("theta"), _sym("xi"), _sym("eta")
+    D = 2 * th**2 + sp.Rational(7, 12)
+    z = (th - sp.Rational(1, 2)) * xi
+    return _phi(z, D) - _phi(z - 1 / eta, D)
+
+
+# -- Lemma 2 ------------------------------------------------------------------------------------
+def _erf_ray_limit(expr, x):
+    """lim_{x -> oo} of a sum of erf(c x) terms (c free of x): erf(c x) -> sign(c).
+
+    Each erf argument must be exactly linear in x (checked); the rule erf(c x) -> sign(c) is
+    confirmed by ``sympy.limit`` for c > 0 and c < 0 (and erf(0) = 0 = sign(0)).
+    """
+    import sympy as sp
+
+    cp, cn = sp.Symbol("c_pos", positive=True), sp.Symbol("c_neg", negative=True)
+    assert sp.limit(sp.erf(cp * x), x, sp.oo) == 1 and sp.limit(sp.erf(cn * x), x, sp.oo) == -1
+
+    def rep(e):
+        c = sp.simplify(e.args[0] / x)
+        if sp.simplify(c.diff(x)) != 0:
+            raise ValueError(f"expr: erf argument {e.args[0]} is not linear in {x}")
+        kept = [f for f in sp.Mul.make_args(sp.factor(c))
+                 if not (f.is_positive or (f.is_Pow and f.exp.is_Rational and not f.exp.is_integer))]
+        return sp.sign(sp.Mul(*kept))  # positive factors (and even roots) do not change the sign
+
+    return sp.expand(expr.replace(lambda e: isinstance(e, sp.erf), rep))
+
+
+@cache
+def derive_late_site_limit():
+    """rho_c along xi -> +oo with eta = r/xi (so xi eta = r > 0, eta -> 0)."""
+    import sympy as sp
+
+    x = sp.Symbol("x_ray", positive=True)
+    e = derive_continuum().xreplace({_sym("xi"): x, _sym("eta"): _sym("r") / x})
+    return _erf_ray_limit(e, x)
+
+
+@cache
+def derive_early_site_limit():
+    """rho_c along xi -> -oo with eta = r/|xi| (so xi eta = -r < 0, eta -> 0)."""
+    import sympy as sp
+
+    x = sp.Symbol("x_ray", positive=True)
+    e = derive_continuum().xreplace({_sym("xi"): -x, _sym("eta"): _sym("r") / x})
+    return _erf_ray_limit(e, x)
+
+
+def printed_late_site_limit():
+    """Lemma 2.1: 1{theta >= 1/2} for r <= 2, 1{1/2 <= theta <= 1/2 + 1/r} for r > 2; on
+    theta in (0, 1] both cases are 1{1/2 <= theta <= 1/2 + 1/r} (for r <= 2, 1/2 + 1/r >= 1)."""
+    import sympy as sp
+
+    th, r = _sym("theta"), _sym("r")
+    half = sp.Rational(1, 2)
+    return sp.Piecewise((1, (th >= half) & (th <= half + 1 / r)), (0, True))
+
+
+def printed_early_site_limit():
+    """Lemma 2.2 with xi eta -> -r: 1{theta <= 1/2} for r <= 2, 1{1/2 - 1/r <= theta <= 1/2} for r > 2."""
+    import sympy as sp
+
+    th, r = _sym("theta"), _sym("r")
+    half = sp.Rational(1, 2)
+    return sp.Piecewise((1, (th <= half) & (th >= half - 1 / r)), (0, True))
+
+
+@cache
+def derive_derivative_at_zero_xi():
+    """d rho/d theta of eq. 6 as printed, at xi = 0."""
+    import sympy as sp
+
+    return sp.simplify(sp.diff(printed_continuum(), _sym("theta")).xreplace({_sym("xi"): 0}))
+
+
+@cache
+def derive_derivative_at_zero_xi_corrected():
+    """d rho_c/d theta of the corrected continuum form, at xi = 0."""
+    import sympy as sp
+
+    return sp.simplify(sp.diff(derive_continuum(), _sym("theta")).xreplace({_sym("xi"): 0}))
+
+
+# -- registry ------------------------------------------------------------------------------------
+_D_C = ("D_c(theta) = 2 theta^2 - 2 theta + 7/12 = 2 (theta - 1/2)^2 + 1/12")
+
+register(ClosedForm(
+    id="localization.rho.gaussian",
+    title="rho_i by the Gaussian approximation with the exact finite-T moments of u_i",
+    source=f"{PAPER}, Definition 1, Sec. 4 (R2) with Lemma 1 (exact moments [derived])",
+    status="approximate",
+    params=(I_KEY, T_GAUSS, TRW, TRW2, TEMP),
+    derive=derive_gaussian,
+    domain=_gaussian_domain,
+    doc="1/2 erf((1 - mu^i)/sqrt(2 v^i)) + 1/2 erf(mu^i/sqrt(2 v^i)) with mu^i, v^i from "
+        "localization.u.mean / .variance. Approximate: u_i is a Gaussian bilinear form, not Gaussian; "
+        "the approximation is a CLT over the eigen-directions of W and improves with d (spec: max "
+        "error 0.11 at d = 2, <= 0.022 at d = 128, T = 40).",
+))
+
+register(ClosedForm(
+    id="localization.rho.continuum",
+    title="Continuum rho(theta) of eq. 6 with the corrected variance",
+    source=f"{PAPER}, eq. 6 (corrected)",
+    status="approximate",
+    params=(THETA, XI, ETA),
+    derive=derive_continuum,
+    printed=printed_continuum,
+    domain=theta_domain,
+    doc="T -> infinity limit of localization.rho.gaussian at theta = i/T, xi = tr(W)/sqrt(tr(W^2)), "
+        "eta = sqrt(tr(W^2))/lambda: 1/2 erf((theta - 1/2) xi/sqrt(2 D_c)) + 1/2 erf((1/eta - "
+        f"(theta - 1/2) xi)/sqrt(2 D_c)), {_D_C}. Approximate (Gaussian approximation); at T ~ 40 "
+        "the O(1/T) terms shift rho by ~0.1, so use localization.rho.gaussian there. Symmetric: "
+        "rho(1 - theta; -xi, eta) = rho(theta; xi, eta).",
+    erratum="Eq. 6 uses D(theta) = 2 theta^2 + 7/12 from Lemma 1's wrong variance (the (B2) slip: "
+            "a dropped 2 T^2 i tr(W^2)); the correct factor is D_c(theta) = 2 theta^2 - 2 theta + 7/12. "
+            "The printed rho misses Monte Carlo by up to 0.55 (spec, d = 128, T = 40) and is too flat "
+            "around theta = 1/2, where the true variance is 13 times smaller.",
+))
+
+register(ClosedForm(
+    id="localization.rho.continuum_printed",
+    title="rho(theta) of eq. 6 exactly as printed (wrong variance factor)",
+    source=f"{PAPER}, eq. 6 (as printed)",
+    status="heuristic",
+    params=(THETA, XI, ETA),
+    derive=printed_continuum,
+    printed=printed_continuum,
+    domain=theta_domain,
+    doc="Phi((theta - 1/2) xi; theta) - Phi((theta - 1/2) xi - 1/eta; theta), Phi(z; theta) = "
+        "1/2 erf(z/sqrt(2 (2 theta^2 + 7/12))). Registered so that the paper's formula can be "
+        "evaluated; it is WRONG: the factor 2 theta^2 + 7/12 comes from Lemma 1's erroneous variance "
+        f"(use localization.rho.continuum, with {_D_C}).",
+))
+
+register(ClosedForm(
+    id="localization.rho.late_site_limit",
+    title="Lemma 2.1: limit of rho(theta) as xi -> +oo, eta -> 0, xi eta -> r > 0",
+    source=f"{PAPER}, Lemma 2.1",
+    status="asymptotic",
+    params=(THETA, R_LIM),
+    derive=derive_late_site_limit,
+    printed=printed_late_site_limit,
+    example={"theta": 0.5, "r": 4.0},  # a boundary point: the limit is 1/2, the printed indicator 1
+    domain=theta_domain,
+    doc="1/2 sign(theta - 1/2) + 1/2 sign(1/2 + 1/r - theta): the indicator of [1/2, 1/2 + 1/r] "
+        "with value 1/2 at its end points (and at theta = 1 when r = 2). The same limit holds for "
+        "the printed eq. 6 (only D > 0 bounded matters). Reachable only with d -> infinity "
+        "(|xi| <= sqrt(d)).",
+    erratum="Lemma 2.1's indicators are 1 at the boundary points theta = 1/2 and theta = 1/2 + 1/r "
+            "(and theta = 1 for r = 2); the limit there is 1/2 (the proof's own limits of Phi give 0 "
+            "at the boundary). Convergence is pointwise off these points.",
+))
+
+register(ClosedForm(
+    id="localization.rho.early_site_limit",
+    title="Lemma 2.2: limit of rho(theta) as xi -> -oo, eta -> 0, xi eta -> -r < 0",
+    source=f"{PAPER}, Lemma 2.2",
+    status="asymptotic",
+    params=(THETA, R_LIM),
+    derive=derive_early_site_limit,
+    printed=printed_early_site_limit,
+    example={"theta": 0.5, "r": 4.0},  # a boundary point: the limit is 1/2, the printed indicator 1
+    domain=theta_domain,
+    doc="The parameter r is |xi eta| (the paper's r is negative): 1/2 sign(1/2 - theta) + 1/2 "
+        "sign(theta - 1/2 + 1/r), the indicator of [1/2 - 1/r, 1/2] with value 1/2 at its end "
+        "points. Mirror image of Lemma 2.1 (rho(1 - theta; -xi, eta) = rho(theta; xi, eta)).",
+    erratum="Lemma 2.2's indicators are 1 at the boundary points theta = 1/2 and theta = 1/2 + 1/r "
+            "(paper's r < 0); the limit there is 1/2.",
+))
+
+register(ClosedForm(
+    id="localization.rho.derivative_at_zero_xi",
+    title="d rho/d theta of eq. 6 (as printed) at xi = 0: Lemma 2.3's counterexample",
+    source=f"{PAPER}, Lemma 2.3",
+    status="heuristic",
+    params=(THETA, ETA),
+    derive=derive_derivative_at_zero_xi,
+    printed=lambda: __import__("sympy").S.Zero,
+    domain=theta_domain,
+    doc="At xi = 0 the printed rho is 1/2 erf(1/(eta sqrt(2 D(theta)))), D = 2 theta^2 + 7/12, so "
+        "rho' = -24 sqrt(6) theta exp(-6/(eta^2 (24 theta^2 + 7)))/(sqrt(pi) eta (24 theta^2 + 7)^(3/2)) "
+        "!= 0 for theta > 0 and finite eta. Heuristic because eq. 6 is (see localization.rho.continuum).",
+    erratum="Lemma 2.3 claims |rho'(theta)| -> 0 as |xi| -> 0 for fixed finite eta; false: at xi = 0 "
+            "the derivative is non-zero (e.g. -0.223 at theta = 1/2, eta = 1). The proof pulls xi out "
+            "of the whole bracket although the -1/eta term has a xi-free part, and differentiates "
+            "(theta - 1/2)/sqrt(2 D) wrongly (prints (4 theta^2 - theta + 5/3)/(2D)^{3/2}; correct "
+            "(2 theta + 7/6)/(4 theta^2 + 7/6)^{3/2}). Uniformity holds only as eta -> 0 or oo.",
+))
+
+register(ClosedForm(
+    id="localization.rho.derivative_at_zero_xi_corrected",
+    title="d rho_c/d theta of the corrected continuum form at xi = 0",
+    source=f"{PAPER}, Lemma 2.3 (corrected eq. 6 [derived])",
+    status="approximate",
+    params=(THETA, ETA),
+    derive=derive_derivative_at_zero_xi_corrected,
+    domain=theta_domain,
+    doc=f"With {_D_C}: rho_c(theta) = 1/2 erf(1/(eta sqrt(2 D_c))) at xi = 0 has a central bump; "
+        "its derivative vanishes only at theta = 1/2 (e.g. rho_c = 0.405 at theta -> 0 vs 0.499 at "
+        "theta = 1/2 for eta = 1), so Lemma 2.3 fails for the corrected form too.",
+))

@@ -1,0 +1,244 @@
+"""Checks of the linearised-softmax moments under random-walk tokens (Bao, Hataya, Karakida 2024).
+
+Monte Carlo checks sample Assumption 1 (:mod:`verify.tasks.random_walk`: ``Cov(x_s, x_t) =
+min(s, t) Sigma``, symmetric ``W_QK = B diag(w) B^T``) and compare sample means with the
+registered closed forms through z-scores; the family-wise threshold is
+:func:`verify.stats.z_threshold` over every compared entry (false alarm 1e-6 per check).
+
+Contains
+--------
+``localization.softmax.jacobian_at_origin``
+    R1: the softmax Jacobian at omega = 0 by central differences of the real softmax.
+``localization.u.mc_moments``
+    Lemma 1: mean and variance of u_i over random walks (isotropic and anisotropic Sigma) vs
+    the exact finite-T forms; the printed Lemma 1 variance is the rejected control.
+``localization.u.large_T_limits``
+    The exact moments approach the registered T -> infinity forms at rate 1/T; the printed
+    variance does not (control).
+``localization.random_walk.mc_lemma4``
+    Lemma 4 (eqs. 15-18) and eq. 22 by Monte Carlo at small positions (i, k) = (2, 5), where the
+    printed constants are resolvable; they are the rejected controls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import theory
+from verify.check import Control, Outcome, check
+from verify.stats import batch_mean, z_threshold
+from verify.tasks.random_walk import (anisotropic_covariance, iter_walks, linearised_signal, spectrum,
+                                      symmetric_qk, traces)
+
+
+def _cf(id, **kw):
+    return theory.get(id)(**kw)
+
+
+# =====================================================================================
+# R1: softmax Jacobian at the origin
+# =====================================================================================
+@check("localization.softmax.jacobian_at_origin",
+       covers=["localization.softmax.value_at_origin", "localization.softmax.jacobian_diagonal",
+               "localization.softmax.jacobian_offdiagonal"],
+       method="high_precision",
+       title="Softmax value and Jacobian at the origin vs central differences of the real softmax")
+def jacobian_at_origin(ctx):
+    import mpmath
+
+    worst, per_T = 0.0, {}
+    lengths = ctx.pick(quick=(2, 5, 40), full=(2, 3, 5, 10, 40, 200))
+    h = mpmath.mpf("1e-20")
+    with mpmath.workdps(60):
+        for T in lengths:
+            def S(k, a, b):  # softmax coordinate 1 with omega_1 = a (if k == 0), omega_2 = b
+                logits = [mpmath.mpf(0)] * T
+                logits[0] += a
+                if T > 1:
+                    logits[1] += b
+                return mpmath.exp(logits[0]) / mpmath.fsum(mpmath.exp(x) for x in logits)
+            fd_diag = (S(0, h, 0) - S(0, -h, 0)) / (2 * h)
+            fd_off = (S(0, 0, h) - S(0, 0, -h)) / (2 * h)
+            ref = np.array([float(S(0, 0, 0)), float(fd_diag), float(fd_off)])
+            got = np.array([_cf("localization.softmax.value_at_origin", T=T),
+                            _cf("localization.softmax.jacobian_diagonal", T=T),
+                            _cf("localization.softmax.jacobian_offdiagonal", T=T)])
+            err = float(np.max(np.abs(got - ref) / np.abs(ref)))
+            per_T[T] = err
+            worst = max(worst, err)
+            # the 'selector' heuristic gamma^i = e^i/T (no centring): diagonal 1/T, off-diagonal 0
+            selector = float(np.max(np.abs(np.array([1 / T, 1 / T, 0.0]) - ref) / np.abs(ref)))
+    T = lengths[-1]
+    return Outcome(
+        measured=per_T, predicted="S(0)_i = 1/T, dS_i/domega_i = 1/T - 1/T^2, dS_i/domega_a = -1/T^2",
+        discrepancy=worst, tolerance=1e-12,
+        criterion="max relative error of the registered values vs central differences (h = 1e-20) of the "
+                  "softmax at 60 digits; the difference error is O(h^2), so 1e-12 is float64 round-off",
+        controls=[Control(f"selector heuristic gamma^i = e^i/T (off-diagonal 0, T = {T})", selector, 1e-12)],
+    )
+
+
+# =====================================================================================
+# Lemma 1: Monte Carlo mean and variance of u_i
+# =====================================================================================
+def _signal_moments(rng, Sigma, W, lam, T, total, chunk):
+    """Per-position sample mean and variance of u with their standard errors.
+
+    Mean: batch_mean over walks. Variance: the sample variance s^2 with
+    SE = sqrt((m4 - s^4)/N) (m4 = central fourth moment), the large-N standard error of s^2.
+    """
+    acc = batch_mean()
+    for X in iter_walks(rng, Sigma, T, total, chunk):
+        u = linearised_signal(X, W, lam)
+        acc.add(np.concatenate([u, u**2, u**3, u**4], axis=1))
+    est = acc.result()
+    m1, m2, m3, m4 = (est.mean[k * T:(k + 1) * T] for k in range(4))
+    var = m2 - m1**2
+    c4 = m4 - 4 * m3 * m1 + 6 * m2 * m1**2 - 3 * m1**4
+    n = est.n
+    return m1, est.se[:T], var * n / (n - 1), np.sqrt(np.maximum(c4 - var**2, 0) / n)
+
+
+def _moment_configs(ctx):
+    d = ctx.pick(quick=32, full=128)
+    T = ctx.pick(quick=20, full=64)
+    return [("isotropic, w ~ quantiles of N(0.5, 0.1^2)", d, T, False, 0.5, 0.1),
+            ("anisotropic Sigma = R^T R/d, w ~ quantiles of N(0.05, 0.05^2)", d, T, True, 0.05, 0.05),
+            ("isotropic, w ~ quantiles of N(0, 0.5^2)", ctx.pick(quick=8, full=32), T, False, 0.0, 0.5)]
+
+
+@check("localization.u.mc_moments",
+       covers=["localization.u.mean", "localization.u.variance", "localization.u.variance_limit"],
+       decides=["localization.u.variance_limit"],
+       method="monte_carlo",
+       title="Monte Carlo mean and variance of u_i over random walks vs the exact finite-T Lemma 1")
+def mc_moments(ctx):
+    rng = ctx.rng
+    total = ctx.pick(quick=40_000, full=200_000)
+    chunk = ctx.pick(quick=4096, full=1024)
+    z_mean, z_var, z_printed, z_selector, details = [], [], [], [], {}
+    for name, d, T, aniso, m, s in _moment_configs(ctx):
+        Sigma = anisotropic_covariance(rng, d) if aniso else np.eye(d)
+        W = symmetric_qk(rng, spectrum(d, m, s))
+        lam = float(np.sqrt(d))
+        trW, trW2 = traces(W, Sigma)
+        mean, se_mean, var, se_var = _signal_moments(rng, Sigma, W, lam, T, total, chunk)
+        i = np.arange(1, T + 1)
+        mu = np.array([_cf("localization.u.mean", i=k, T=T, trW=trW, temperature=lam) for k in i])
+        v = np.array([_cf("localization.u.variance", i=k, T=T, trW2=trW2, temperature=lam) for k in i])
+        v_printed = np.array([theory.get("localization.u.variance_limit")(i=k, T=T, trW2=trW2, temperature=lam,
+                                                                           printed=True) for k in i])
+        mu_selector = i * trW / (lam * T) + 1 / T  # gamma^i = e^i/T: the centring -1/T^2 dropped
+        z_mean.append(np.abs(mean - mu) / se_mean)
+        z_var.append(np.abs(var - v) / se_var)
+        z_printed.append(np.abs(var - v_printed) / se_var)
+        z_selector.append(np.abs(mean - mu_selector) / se_mean)
+        details[name] = {"d": d, "T": T, "walks": total, "trW": trW, "trW2": trW2, "temperature": lam,
+                         "max_z_mean": float(z_mean[-1].max()), "max_z_variance": float(z_var[-1].max()),
+                         "max_rel_variance_error": float(np.max(np.abs(var / v - 1))),
+                         "max_rel_printed_variance_error": float(np.max(np.abs(var / v_printed - 1)))}
+    n_entries = 2 * sum(len(z) for z in z_mean)
+    zc = z_threshold(n_entries)
+    disc = float(max(np.max(np.concatenate(z_mean)), np.max(np.concatenate(z_var))))
+    return Outcome(
+        measured={k: {"max_z_mean": v["max_z_mean"], "max_z_variance": v["max_z_variance"]}
+                  for k, v in details.items()},
+        predicted="mu^i = (i - (T+1)/2) tr W/(lambda T) + 1/T; "
+                  "v^i = tr W^2/lambda^2 (24 i^2 - 24 T i - 24 i + 7 T^2 + 12 T + 5)/(12 T^2)",
+        discrepancy=disc, tolerance=zc,
+        criterion=f"max |z| over {n_entries} entries (mean and variance of u_i at every position, per "
+                  "configuration; variance SE from the sample fourth central moment) < family-wise "
+                  "threshold (false alarm 1e-6)",
+        controls=[Control("printed Lemma 1 variance (2 i^2/T^2 + 7/12) tr W^2/lambda^2",
+                          float(np.max(np.concatenate(z_printed))), zc),
+                  Control("selector mean i tr W/(lambda T) + 1/T (centring -1/T^2 dropped)",
+                          float(np.max(np.concatenate(z_selector))), zc)],
+        details=details,
+    )
+
+
+# =====================================================================================
+# Large-T limits of the exact moments
+# =====================================================================================
+@check("localization.u.large_T_limits",
+       covers=["localization.u.mean_limit", "localization.u.variance_limit", "localization.u.mean",
+               "localization.u.variance"],
+       method="high_precision",
+       title="The exact moments of u_i approach the registered large-T forms at rate 1/T")
+def large_T_limits(ctx):
+    thetas = np.array([0.1, 0.25, 0.5, 0.75, 1.0])
+    lengths = [40, 400, 4000, 40000]
+    trW, trW2, lam = 3.0, 2.0, 1.5
+    scaled, gap_printed = [], []
+    for T in lengths:
+        for th in thetas:
+            i = int(round(th * T))
+            kw_m, kw_v = dict(i=i, T=T, trW=trW, temperature=lam), dict(i=i, T=T, trW2=trW2, temperature=lam)
+            dm = abs(_cf("localization.u.mean", **kw_m) - _cf("localization.u.mean_limit", **kw_m))
+            dv = abs(_cf("localization.u.variance", **kw_v) - _cf("localization.u.variance_limit", **kw_v))
+            scaled.append(T * max(dm, dv))
+            vp = theory.get("localization.u.variance_limit")(printed=True, **kw_v)
+            gap_printed.append(abs(_cf("localization.u.variance", **kw_v) - vp))
+    # T |exact - limit| is bounded by the explicit 1/T coefficients: |1 - trW/(2 lam)| for the mean,
+    # trW2/lam^2 (|1 - 2 theta| + 5/(12 T)) for the variance
+    bound = max(abs(1 - trW / (2 * lam)), trW2 / lam**2 * (1 + 5 / 12 / lengths[0]))
+    worst_scaled = float(max(scaled))
+    printed_at_largest = float(max(gap_printed[-len(thetas):]))
+    return Outcome(
+        measured={"max T |exact - limit|": worst_scaled, "printed variance gap at T = 40000": printed_at_largest},
+        predicted={"bound on T |exact - limit|": bound},
+        discrepancy=worst_scaled, tolerance=bound * (1 + 1e-9),
+        criterion="T |exact - limit| over theta in {0.1, ..., 1} and T = 40..40000 stays below the 1/T "
+                  "coefficients of the exact forms (so the difference is O(1/T), i.e. the registered forms "
+                  "are the limits); the printed variance must stay O(1) away at T = 40000 (gap > 1e-3)",
+        controls=[Control("printed Lemma 1 variance as the large-T limit (gap at T = 40000, needs > 1e-3)",
+                          printed_at_largest, 1e-3)],
+    )
+
+
+# =====================================================================================
+# Lemma 4 and eq. 22 by Monte Carlo
+# =====================================================================================
+_LEMMA4 = ("localization.random_walk.quadratic_mean", "localization.random_walk.quadratic_second_moment",
+           "localization.random_walk.cross_moment", "localization.random_walk.mixed_moment",
+           "localization.random_walk.query_product")
+
+
+@check("localization.random_walk.mc_lemma4",
+       covers=list(_LEMMA4), decides=list(_LEMMA4), method="monte_carlo",
+       title="Monte Carlo of the random-walk moments of Lemma 4 (eqs. 15-18) and eq. 22")
+def mc_lemma4(ctx):
+    rng = ctx.rng
+    d, T, i, k = 3, 8, 2, 5
+    total = ctx.pick(quick=400_000, full=4_000_000)
+    Sigma = anisotropic_covariance(rng, d)
+    W = symmetric_qk(rng, [0.9, -0.4, 0.3])
+    trW, trW2 = traces(W, Sigma)
+    acc = batch_mean()
+    for X in iter_walks(rng, Sigma, T, total, chunk=100_000):
+        xi, xk, xT = X[:, :, i - 1], X[:, :, k - 1], X[:, :, T - 1]
+        qii = np.einsum("bd,de,be->b", xi, W, xi)
+        qik = np.einsum("bd,de,be->b", xi, W, xk)
+        qkk = np.einsum("bd,de,be->b", xk, W, xk)
+        siT = np.einsum("bd,de,be->b", xi, W, xT)
+        skT = np.einsum("bd,de,be->b", xk, W, xT)
+        acc.add(np.stack([qii, qii**2, qik**2, qik * qkk, siT * skT], axis=1))
+    est = acc.result()
+    args = [dict(i=i, trW=trW), dict(i=i, trW=trW, trW2=trW2), dict(i=i, k=k, trW=trW, trW2=trW2),
+            dict(i=i, k=k, trW=trW, trW2=trW2), dict(i=i, k=k, T=T, trW=trW, trW2=trW2)]
+    pred = np.array([_cf(id, **a) for id, a in zip(_LEMMA4, args)])
+    printed = np.array([theory.get(id)(printed=True, **a) for id, a in zip(_LEMMA4, args)])
+    z = np.abs(est.z(pred))
+    z_printed = np.abs(est.z(printed))
+    zc = z_threshold(len(pred))
+    names = ("eq. 15", "eq. 16", "eq. 17", "eq. 18", "eq. 22")
+    return Outcome(
+        measured=dict(zip(names, est.mean.tolist())), predicted=dict(zip(names, pred.tolist())),
+        discrepancy=float(z.max()), tolerance=zc,
+        criterion=f"max |z| over the 5 moments at (i, k, T) = ({i}, {k}, {T}), d = {d}, anisotropic Sigma, "
+                  f"{total} walks < family-wise threshold (false alarm 1e-6)",
+        controls=[Control(f"printed {n} (constants of a walk from x_1 = 0, plus 2A + B)", float(zp), zc)
+                  for n, zp in zip(names, z_printed)],
+        details={"z": dict(zip(names, z.tolist())), "printed": dict(zip(names, printed.tolist())),
+                 "se": dict(zip(names, est.se.tolist())), "trW": trW, "trW2": trW2},
+    )

@@ -1,0 +1,142 @@
+"""Random-walk tokens and the linearised softmax signal of Bao, Hataya, Karakida 2024.
+
+Assumption 1: ``x_1 ~ N(0, Sigma)``, ``x_{t+1} ~ N(x_t, Sigma)``, so the tokens are Gaussian
+with ``Cov(x_s, x_t) = min(s, t) Sigma``. Tokens are **columns**: ``X`` has shape ``(B, d, T)``
+(a leading batch axis), built as the cumulative sum of i.i.d. ``N(0, Sigma)`` increments.
+
+The query is the last token; ``omega = X^T W_QK x_T / lambda`` and the linearised softmax
+coordinate (Sec. 2, Definition 1) is
+
+    u_i = omega_i/T - sum_j omega_j/T^2 + 1/T,
+
+whose probability of lying in [0, 1] is the signal-propagation probability rho_i.
+
+Contains
+--------
+:func:`sample_walks`            X of shape (B, d, T), float64
+:func:`iter_walks`              the same in chunks
+:func:`linearised_signal`       u of shape (B, T) for given X, W_QK, temperature
+:func:`symmetric_qk`            W_QK = B diag(w) B^T with Haar-random eigenvectors B
+:func:`spectrum`                eigenvalues: quantiles of N(mean, std^2) (deterministic)
+:func:`anisotropic_covariance`  the simulations' Sigma = R^T R / d, R_ab ~ U(-2.5, 2.5)
+:func:`traces`                  (tr(W_QK Sigma), tr(W_QK Sigma W_QK Sigma))
+
+References
+----------
+.. [1] H. Bao, R. Hataya, R. Karakida, "Self-attention Networks Localize When QK-eigenspectrum
+   Concentrates", ICML 2024, Sec. 2, Assumption 1, Sec. 4 (simulation set-up).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+from scipy.special import ndtri
+
+from .in_context_regression import _check_count, _check_rng, random_orthogonal
+
+__all__ = ["CHUNK", "sample_walks", "iter_walks", "linearised_signal", "symmetric_qk", "spectrum",
+           "anisotropic_covariance", "traces"]
+
+#: Walks per chunk of :func:`iter_walks` (a (4096, 128, 64) float64 chunk is 268 MB; keep d T small).
+CHUNK = 4096
+
+
+def _check_covariance(Sigma) -> np.ndarray:
+    S = np.asarray(Sigma, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] == 0:
+        raise ValueError(f"Sigma: expected a square d x d matrix, got shape {S.shape}")
+    if not np.all(np.isfinite(S)) or np.max(np.abs(S - S.T)) > 1e-10 * max(np.max(np.abs(S)), 1e-300):
+        raise ValueError("Sigma: expected a finite symmetric matrix")
+    return 0.5 * (S + S.T)
+
+
+def _factor(Sigma: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.cholesky(Sigma)
+    except np.linalg.LinAlgError:
+        raise ValueError("Sigma: matrix is not positive definite") from None
+
+
+def sample_walks(rng: np.random.Generator, Sigma, T: int, batch: int) -> np.ndarray:
+    """``batch`` random walks of ``T`` tokens (Assumption 1), shape ``(batch, d, T)``.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    Sigma : (d, d) array
+        Increment covariance (symmetric positive definite).
+    T : int
+        Number of tokens (>= 1).
+    batch : int
+        Number of walks (>= 1).
+    """
+    rng = _check_rng(rng)
+    S = _check_covariance(Sigma)
+    T, batch = _check_count("T", T), _check_count("batch", batch)
+    L = _factor(S)
+    Z = rng.standard_normal((batch, T, S.shape[0])) @ L.T  # increments as rows, N(0, Sigma)
+    return np.cumsum(Z, axis=1).transpose(0, 2, 1)
+
+
+def iter_walks(rng: np.random.Generator, Sigma, T: int, total: int, chunk: int = CHUNK) -> Iterator[np.ndarray]:
+    """``total`` walks in chunks of at most ``chunk`` (each from :func:`sample_walks`)."""
+    total, chunk = _check_count("total", total), _check_count("chunk", chunk)
+    done = 0
+    while done < total:
+        k = min(chunk, total - done)
+        yield sample_walks(rng, Sigma, T, k)
+        done += k
+
+
+def linearised_signal(X: np.ndarray, W_QK, temperature: float) -> np.ndarray:
+    """``u`` of shape ``(B, T)``: ``u_i = omega_i/T - sum_j omega_j/T^2 + 1/T`` with
+    ``omega = X^T W_QK x_T / temperature`` (query = last token)."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 3:
+        raise ValueError(f"X: expected shape (B, d, T), got {X.shape}")
+    W = np.asarray(W_QK, dtype=np.float64)
+    if W.shape != (X.shape[1], X.shape[1]):
+        raise ValueError(f"W_QK: expected shape {(X.shape[1], X.shape[1])}, got {W.shape}")
+    if not np.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature: must be > 0, got {temperature!r}")
+    T = X.shape[2]
+    q = X[:, :, -1] @ W.T                                   # W_QK x_T, (B, d)
+    omega = np.einsum("bdt,bd->bt", X, q) / temperature
+    return omega / T - omega.sum(axis=1, keepdims=True) / T**2 + 1.0 / T
+
+
+def spectrum(d: int, mean: float, std: float) -> np.ndarray:
+    """``d`` eigenvalues at the quantiles ``(k - 1/2)/d`` of ``N(mean, std^2)``, descending
+    (a deterministic stand-in for the paper's i.i.d. Gaussian eigenvalues)."""
+    d = _check_count("d", d)
+    q = ndtri((np.arange(d) + 0.5) / d)
+    return np.sort(mean + std * q)[::-1]
+
+
+def symmetric_qk(rng: np.random.Generator, eigenvalues) -> np.ndarray:
+    """``W_QK = B diag(eigenvalues) B^T`` with Haar-random orthogonal ``B`` (symmetric)."""
+    rng = _check_rng(rng)
+    w = np.asarray(eigenvalues, dtype=np.float64)
+    if w.ndim != 1 or w.size == 0 or not np.all(np.isfinite(w)):
+        raise ValueError(f"eigenvalues: expected a non-empty finite list, got {eigenvalues!r}")
+    B = random_orthogonal(rng, w.size)
+    W = (B * w) @ B.T
+    return 0.5 * (W + W.T)
+
+
+def anisotropic_covariance(rng: np.random.Generator, d: int) -> np.ndarray:
+    """``Sigma = R^T R / d`` with ``R_ab ~ U(-2.5, 2.5)`` i.i.d. (Sec. 4 simulations)."""
+    rng = _check_rng(rng)
+    d = _check_count("d", d)
+    R = rng.uniform(-2.5, 2.5, size=(d, d))
+    S = R.T @ R / d
+    return 0.5 * (S + S.T)
+
+
+def traces(W_QK, Sigma) -> tuple[float, float]:
+    """``(tr(W), tr(W^2))`` with ``W = W_QK Sigma``; ``tr(W^2) = tr(W_QK Sigma W_QK Sigma)``,
+    which is not ``||W||_F^2`` for anisotropic Sigma."""
+    W = np.asarray(W_QK, dtype=np.float64) @ _check_covariance(Sigma)
+    return float(np.trace(W)), float(np.trace(W @ W))
