@@ -60,6 +60,10 @@ class Param:
     high : int or None
         Largest allowed value of an ``index`` parameter, or the largest length of a
         ``steps`` list (required for ``steps``).
+    symbol : str or None
+        Name in :func:`theory.symbols.sym` of the sympy symbol standing for this parameter,
+        where it differs from ``name`` (e.g. Scan and Snap's vocabulary size ``M``, a scalar,
+        is ``sym("M_vocab")`` because ``M`` is the effective matrix elsewhere).
     """
 
     name: str
@@ -67,6 +71,7 @@ class Param:
     doc: str
     low: int = 1
     high: int | None = None
+    symbol: str | None = None
 
     def __post_init__(self):
         if self.kind not in _VALIDATORS:

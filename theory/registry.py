@@ -35,6 +35,8 @@ TOPICS = (
     "theory.localization.moments",
     "theory.localization.probability",
     "theory.localization.gradient",
+    "theory.scan_snap.h",
+    "theory.scan_snap.attention",
 )
 
 _REGISTRY: dict[str, "ClosedForm"] = {}
@@ -75,6 +77,11 @@ class ClosedForm:
         to the emitted function after the parameters, in the order of ``derived_names``.
     derived_names : tuple of str
         Names (in :func:`theory.symbols.sym`) of the auxiliary symbols.
+    evaluate : callable or None
+        ``evaluate(backend, values, dims) -> value`` for a record defined by a recursion or an
+        implicit equation that no emitted expression evaluates (e.g. iterating a sequence to
+        step ``s``): used in place of the emitted function; ``expr`` then states the defining
+        relation (an ``Eq``) and the printed form is compared against that relation.
     example : dict or None
         A parameter point that shows the record at work; for an erratum whose printed form
         differs only on special points (e.g. boundary values of a limit), a point where the two
@@ -102,6 +109,7 @@ class ClosedForm:
     derived: Callable[[dict, dict], dict] | None = None
     derived_names: tuple[str, ...] = ()
     length: Callable[[dict, dict], int] | None = None
+    evaluate: Callable[[str, dict, dict], Any] | None = None
     example: dict | None = None
     doc: str = ""
     erratum: str = ""
@@ -138,7 +146,7 @@ class ClosedForm:
     def _args(self):
         from .symbols import dim, sym
 
-        args = [sym(n) for n in self.param_names + tuple(self.derived_names)]
+        args = [sym(p.symbol or p.name) for p in self.params] + [sym(n) for n in self.derived_names]
         if "D" not in self.param_names:
             args.append(dim())
         return args
@@ -206,6 +214,10 @@ class ClosedForm:
             for p in self.params:
                 if p.kind in ("positive", "nonnegative") and np.ndim(values[p.name]) > 0:
                     raise ValueError(f"{p.name}: the mpmath backend takes scalars, not arrays")
+        if self.evaluate is not None and not printed:
+            if backend not in ("numpy", "mpmath", "torch"):
+                raise ValueError(f"backend: expected numpy, mpmath or torch, got {backend!r}")
+            return _shape_output(self.evaluate(backend, values, dims), self.output, backend)
         D = dims.get("D", values.get("D"))
         args = [_convert(values[n], backend) for n in self.param_names]
         if self.derived is not None:

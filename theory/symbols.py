@@ -26,7 +26,7 @@ def sym(name: str):
 
     Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``, ``W_Q``, ``W_K``, ``W_QK``) and the eigen-projectors
     (``P``, ``P_prev``, ``E_m``) are D x D MatrixSymbols; ``D`` is :func:`dim`; ``N_max``,
-    ``m``, ``n``, ``d``, ``L``, ``R``, ``i``, ``T`` are positive integers; ``t`` is nonnegative; the step sizes
+    ``m``, ``n``, ``d``, ``L``, ``R``, ``i``, ``T``, ``s``, ``K`` are positive integers; ``t`` is nonnegative; the step sizes
     ``a_0, a_1, ...`` (and ``b_l``, ``c_l``), ``xi`` and ``trW`` are real; everything else is a positive real symbol.
     """
     import sympy as sp
@@ -34,6 +34,8 @@ def sym(name: str):
     D = dim()
     if name in _MATRICES:
         return sp.MatrixSymbol(name, D, D)
+    if name in _ALIASES:  # a scalar shown under a name that is a matrix elsewhere
+        return sp.Symbol(_ALIASES[name], integer=True, positive=True)
     if name == "D":
         return D
     if name in _INTEGERS:
@@ -46,7 +48,9 @@ def sym(name: str):
 
 
 _MATRICES = {"Lambda", "Lambda_q", "M", "A", "Sigma", "P", "P_prev", "E_m", "W_Q", "W_K", "W_QK"}
-_INTEGERS = {"N_max", "m", "n", "d", "L", "R", "i", "T"}
+_INTEGERS = {"N_max", "m", "n", "d", "L", "R", "i", "T", "s", "K"}
 _NONNEGATIVE = {"t"}
+#: Scalars whose printed name is taken by a matrix symbol: table name -> printed name.
+_ALIASES = {"M_vocab": "M"}
 #: Real symbols of either sign: preconditioned-GD step sizes ``a_l`` and GD++ scales ``b_l``.
 _REALS = {f"{x}_{l}" for x in "abc" for l in range(8)} | {"xi", "trW"}

@@ -1,0 +1,1 @@
+"""Placeholder: records are added here (Tian et al. 2023)."""
