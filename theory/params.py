@@ -21,6 +21,9 @@ Kinds
     A real scalar (or array) >= 0.
 ``real``
     A finite real scalar (or array) of either sign.
+``vector``
+    A real vector of length D (D fixed by a covariance or matrix parameter, or by this one).
+    Normalised to a float64 ``(D, 1)`` column, matching a ``D x 1`` MatrixSymbol.
 ``subset``
     A list of distinct 1-based indices into the eigenvalues of the covariance in descending
     order (e.g. ``[1, 3]``); may be empty; each index <= D.
@@ -38,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative", "real", "subset", "steps"]
+__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative", "real", "subset", "steps", "vector"]
 
 _SYMMETRY_RTOL = 1e-10
 
@@ -96,6 +99,7 @@ class Param:
             "positive": "real > 0",
             "nonnegative": "real >= 0",
             "real": "finite real number",
+            "vector": "real vector of length D",
             "subset": "list of distinct 1-based eigen-direction indices (descending eigenvalues)",
             "steps": f"list of 1 to {self.high} real numbers",
         }[self.kind]
@@ -201,6 +205,18 @@ def _real(p: Param, value: Any):
     return float(arr) if arr.ndim == 0 else arr
 
 
+def _vector(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
+    if _is_torch(value):
+        value = value.detach().cpu().numpy()
+    arr = _as_float_array(p, value)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1 or arr.size == 0:
+        raise _fail(p, f"expected a vector of length D, got shape {arr.shape}")
+    _fix_dim(p, arr.size, dims)
+    return arr.reshape(-1, 1)
+
+
 def _is_torch(value: Any) -> bool:
     return type(value).__module__.startswith("torch")
 
@@ -236,6 +252,7 @@ _VALIDATORS = {
     "positive": lambda p, v, d: _scalar(p, v, strict=True),
     "nonnegative": lambda p, v, d: _scalar(p, v, strict=False),
     "real": lambda p, v, d: _real(p, v),
+    "vector": _vector,
     "subset": _subset,
     "steps": _steps,
 }
@@ -263,6 +280,10 @@ def nonnegative(name: str, doc: str) -> Param:
 
 def real(name: str, doc: str) -> Param:
     return Param(name, "real", doc)
+
+
+def vector(name: str, doc: str) -> Param:
+    return Param(name, "vector", doc)
 
 
 def subset(name: str, doc: str) -> Param:

@@ -34,6 +34,8 @@ def sym(name: str):
     D = dim()
     if name in _MATRICES:
         return sp.MatrixSymbol(name, D, D)
+    if name in _VECTORS:
+        return sp.MatrixSymbol(name, D, 1)
     if name in _ALIASES:  # a scalar shown under a name that is a matrix elsewhere
         return sp.Symbol(_ALIASES[name], integer=True, positive=True)
     if name == "D":
@@ -50,6 +52,8 @@ def sym(name: str):
 _MATRICES = {"Lambda", "Lambda_q", "M", "A", "Sigma", "P", "P_prev", "E_m", "W_Q", "W_K", "W_QK"}
 _INTEGERS = {"N_max", "m", "n", "d", "L", "R", "i", "T", "s", "K"}
 _NONNEGATIVE = {"t"}
+#: Column vectors (D x 1): a Gaussian mean ``mu`` and a fixed vector ``a`` of Bao et al.'s Lemma 3.
+_VECTORS = {"mu", "a_vec"}
 #: Scalars whose printed name is taken by a matrix symbol: table name -> printed name.
 _ALIASES = {"M_vocab": "M"}
 #: Real symbols of either sign: preconditioned-GD step sizes ``a_l`` and GD++ scales ``b_l``.

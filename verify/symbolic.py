@@ -62,6 +62,8 @@ def _draw(r, rng) -> dict:
         elif p.kind == "subset":
             out[n] = sorted(int(d) for d in rng.choice(np.arange(1, D + 1), size=int(rng.integers(0, D + 1)),
                                                         replace=False))
+        elif p.kind == "vector":
+            out[n] = rng.standard_normal(D).tolist()
         elif p.kind == "steps":
             out[n] = rng.uniform(-0.5, 2.0, size=int(rng.integers(1, p.high + 1))).tolist()
         elif p.kind == "index" and n in ("m", "R", "j"):  # a direction count or rank: 1..D
