@@ -172,6 +172,7 @@ class Check:
     func: Callable[[Context], Outcome]
     needs: tuple[str, ...] = ()
     decides: tuple[str, ...] = ()
+    refutes: tuple[tuple[str, str], ...] = ()
 
     def available(self) -> str | None:
         """None when the check can run here, else why not (a missing optional package)."""
@@ -184,12 +185,15 @@ class Check:
 
 
 def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Iterable[str] = (),
-          decides: Iterable[str] = ()):
+          decides: Iterable[str] = (), refutes: dict[str, str] | None = None):
     """Decorator registering a check function ``f(ctx) -> Outcome``.
 
     ``decides``: erratum records (a subset of ``covers``) whose printed form this check puts
     to the test against the derived one: one of its negative controls is the printed form,
     so the check passing means the numbers side with the derivation.
+    ``refutes``: errata in statements that are not registered closed forms (an identity
+    between computations, a gradient over token matrices): ``{"where in the paper": "what is
+    wrong and what holds"}``; one of the check's negative controls is the statement as printed.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
@@ -200,7 +204,8 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
     def deco(func):
         if id in _CHECKS:
             raise ValueError(f"id: check {id!r} registered twice")
-        _CHECKS[id] = Check(id, title, covers, method, func, tuple(needs), decides)
+        _CHECKS[id] = Check(id, title, covers, method, func, tuple(needs), decides,
+                            tuple((refutes or {}).items()))
         return func
 
     return deco

@@ -4,7 +4,9 @@ Every registered closed form with a printed form is listed under its paper. Wher
 printed form differs from the derivation (an erratum), the page shows both formulas, what is
 wrong, the check that decides between them (a check declaring the record in ``decides``: one
 of its negative controls is the printed form) and, when measured, the numbers: the check's
-discrepancy against its tolerance and the printed form's control value.
+discrepancy against its tolerance and the printed form's control value. Errata in statements
+that are not registered closed forms (an identity between computations, a gradient over token
+matrices) come from checks declaring them in ``refutes``.
 
 ``python -m verify.errata docs/errata.md`` rewrites the page from the registry;
 ``--run`` also runs the deciding checks (quick profile, seed 0) for the numbers, and
@@ -67,7 +69,9 @@ def _measured_line(result: dict, record_id: str) -> str:
 def page(results: dict[str, dict] | None = None) -> str:
     """The Markdown text; ``results`` maps check id to a results.json record (optional)."""
     import theory
-    from theory.papers import PAPERS
+    from theory.papers import PAPERS, paper_of
+
+    from .check import checks
 
     results = results or {}
     deciders = deciding_checks()
@@ -79,7 +83,7 @@ def page(results: dict[str, dict] | None = None) -> str:
          "spec notes and the README list further slips that do not change a registered formula.", ""]
     for topic, paper in PAPERS.items():
         recs = [r for r in theory.records() if r.id.split(".", 1)[0] == topic and r.printed is not None]
-        if not recs:
+        if not recs and not any(c.refutes and paper_of(c.id).topic == topic for c in checks()):
             continue
         L += [f"## {paper.cite}: {paper.title}", ""]
         errata = [r for r in recs if r.erratum]
@@ -95,6 +99,13 @@ def page(results: dict[str, dict] | None = None) -> str:
                     L += [_measured_line(results[c.id], r.id), ""]
             if not deciders.get(r.id):
                 L += ["No check decides this erratum yet.", ""]
+        refuting = [c for c in checks() if c.refutes and paper_of(c.id).topic == topic]
+        for c in refuting:
+            for where, what in c.refutes:
+                L += [f"### {where}", "", f"What is wrong: {' '.join(what.split())}", "",
+                      f"Decided by `{c.id}` ({c.method}): {c.title}.", ""]
+                if c.id in results:
+                    L += [_measured_line(results[c.id], "printed"), ""]
         confirmed = [r for r in recs if not r.erratum]
         if confirmed:
             L += ["### Printed forms confirmed", "",
@@ -123,12 +134,13 @@ def strip_measured(text: str) -> str:
 def _run_deciders() -> dict[str, dict]:
     from .check import run_check
 
-    seen, out = set(), {}
-    for checks_ in deciding_checks().values():
-        for c in checks_:
-            if c.id not in seen:
-                seen.add(c.id)
-                out[c.id] = run_check(c, profile="quick", seed=0).as_json()
+    from .check import checks
+
+    wanted = [c for cs in deciding_checks().values() for c in cs] + [c for c in checks() if c.refutes]
+    out = {}
+    for c in wanted:
+        if c.id not in out:
+            out[c.id] = run_check(c, profile="quick", seed=0).as_json()
     return out
 
 

@@ -54,7 +54,11 @@ def _rel(a, b):
 
 # =====================================================================================
 @check("localization.gradient.eq3_autograd", covers=[], method="torch",
-       title="Eq. 3 QK-gradient (P restored) vs autograd of the clipped-linear model")
+       title="Eq. 3 QK-gradient (P restored) vs autograd of the clipped-linear model",
+       refutes={"Bao et al. 2024, eq. 3 (and App. B.1, lines 4-5)":
+                "The QK-gradient is printed without the matrix P = X^T W_V^T W_F^T W_F W_V X in its "
+                "first two terms; with P restored it equals autograd of the clipped-linear model "
+                "(the printed form is off by O(1))."})
 def eq3_autograd(ctx):
     import torch
 

@@ -58,7 +58,12 @@ def _random_layers(rng, L: int, d: int, scale: float) -> np.ndarray:
 # Lemma 1
 # =====================================================================================
 @check("preconditioned_gd.forward.lemma1_gd", covers=[], method="monte_carlo",
-       title="Lemma 1: the sparse L-layer forward pass = L steps of preconditioned GD with A_l^T")
+       title="Lemma 1: the sparse L-layer forward pass = L steps of preconditioned GD with A_l^T",
+       refutes={"Ahn et al. 2023, Lemma 1 (App. C.1)":
+                "The forward pass of the layers as defined (eqs. 2-4, 8) is preconditioned GD with "
+                "A_l^T, not A_l; the two agree only for symmetric A_l (true at every critical point "
+                "the paper discusses). The proof also writes x^(n+1)T A_k x^(j) the wrong way round "
+                "and carries a spurious 1/n."})
 def lemma1_gd(ctx):
     """Lemma 1 (App. C.1) with the transpose correction.
 
