@@ -303,3 +303,49 @@ def test_gdpp_spec_optimum_region_beats_plain_gd():
 def test_gdpp_b_must_match_the_layers():
     with pytest.raises(ValueError, match=r"^b: "):
         _cf(GDPP, n=5, d=2, a=[-0.5], b=[0.3, 0.2])
+
+
+# -- the two papers' single layer agree where the task models coincide (Sigma = I) -------
+@settings(max_examples=25, deadline=None)
+@given(a=st.floats(-1.0, 2.5), n=st.integers(1, 60), d=st.integers(1, 7))
+def test_one_layer_loss_equals_the_single_layer_loss_at_identity_covariance(a, n, d):
+    """At Sigma = I the inverse task (w* ~ N(0, Sigma^{-1})) is Theorem 1's task (w* ~ N(0, I)):
+    the multi-layer polynomial at L = 1 equals the single-layer loss of Gamma = a I."""
+    single = theory.get("preconditioned_gd.single_layer.loss")(Sigma=np.ones(d), n=n, A=a * np.eye(d))
+    multi = theory.get("preconditioned_gd.multi_layer.loss")(n=n, d=d, a=[a])
+    assert multi == pytest.approx(single, rel=1e-12, abs=1e-12)
+
+
+def test_lemma1_is_a_polynomial_identity():
+    """Lemma 1 proved (not sampled) at d = 2, n = 2, L = 2: with symbolic tokens, task vector
+    and non-symmetric preconditioners, the sparse forward pass (eqs. 2-4, 8, mask, 1/n)
+    equals two preconditioned-GD steps with A_l^T exactly, and not with A_l."""
+    import sympy as sp
+
+    d, n, L = 2, 2, 2
+    X = sp.Matrix(d, n + 1, lambda i, j: sp.Symbol(f"x{i}{j}"))
+    w = sp.Matrix(d, 1, lambda i, j: sp.Symbol(f"w{i}"))
+    A = [sp.Matrix(d, d, lambda i, j, l=l: sp.Symbol(f"a{l}{i}{j}")) for l in range(L)]
+    y = (w.T * X)
+    Z = X.col_join(y)
+    Z[d, n] = 0
+    mask = sp.diag(*([1] * n + [0]))
+    for Al in A:
+        P = sp.zeros(d + 1, d + 1)
+        P[d, d] = 1
+        Q = sp.zeros(d + 1, d + 1)
+        Q[:d, :d] = -Al
+        Z = Z + P * Z * mask * (Z.T * Q * Z) / n
+    tf = -Z[d, n]
+    C = X[:, :n]
+    S, h = C * C.T / n, C * y[:, :n].T / n
+    xq = X[:, n]
+
+    def gd(mats):
+        v = sp.zeros(d, 1)
+        for Al in mats:
+            v = v - Al * (S * v - h)
+        return (xq.T * v)[0, 0]
+
+    assert sp.expand(tf - gd([Al.T for Al in A])) == 0
+    assert sp.expand(tf - gd(A)) != 0
