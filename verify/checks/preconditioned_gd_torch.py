@@ -183,6 +183,17 @@ def theorem3_sparse(ctx):
             + [{"label": f"Dist(A_{l}, I)", "style": "--", "x": run.step.tolist(),
                 "y": dist_to_identity(run.A_log[:, l]).tolist()} for l in range(L)],
         }
+        # learned Sigma^1/2 A_l Sigma^1/2 (layers in ascending step order) next to a*_l I
+        order = np.argsort(np.trace(M, axis1=1, axis2=2))
+        panels = []
+        for rank, l in enumerate(order):
+            panels += [{"label": f"learned Sigma^1/2 A_{l} Sigma^1/2", "matrix": M[l].tolist()},
+                       {"label": f"predicted a*_{rank} I = {a_star[rank]:.3f} I",
+                        "matrix": (a_star[rank] * np.eye(d)).tolist()}]
+        panels.append({"label": "learned A (first layer): not a multiple of I", "matrix": A[order[0]].tolist()})
+        figures[f"matrices_L{L}"] = {"kind": "heatmaps",
+                                     "title": f"Sparse transformer, L={L}: learned vs predicted preconditioners",
+                                     "panels": panels}
     return Outcome(
         measured={f"L={L}": {"steps": v["learned steps (sorted)"],
                              "max Dist": float(v["Dist(Sigma^1/2 A_l Sigma^1/2, I)"].max()),
