@@ -21,6 +21,7 @@ Lines, e.g. theory curves against simulation::
      "xscale": "linear" | "log" (optional), "yscale": ... (optional),
      "series": [{"label": str, "x": list, "y": list,
                  "style": "-" | "--" | ":" | "o" (optional, default "-"),
+                 "color": a matplotlib colour (optional),
                  "yerr": list (optional error bars)}]}
 
 Heat maps, e.g. a measured matrix next to the predicted one (one shared colour scale)::
@@ -432,6 +433,8 @@ def _lines(spec: dict, Figure):
         if style not in _STYLES:
             raise ValueError(f"style: expected one of {tuple(_STYLES)}, got {style!r}")
         kw = dict(_STYLES[style])
+        if s.get("color") is not None:
+            kw["color"] = s["color"]
         label = s.get("label")
         labelled |= bool(label)
         if s.get("yerr") is not None:

@@ -286,7 +286,18 @@ def rank_run(mo, Lam, N: int, lam, levels, R: int, rng, w_init: float, n_t: int 
             "M rel err vs rank_fixed_point_matrix (j = 0..H-1, end)": M_err,
             "control: M rel err vs M_{jR+1}": M_ctrl,
             "literal 'm divides R' mismatches": int(np.sum(literal_divides_pattern(D, R) != long)),
-            "pattern_ok": bool(pattern_ok)}
+            "pattern_ok": bool(pattern_ok),
+            "_curve": _log_thin(res.t, res.loss)}
+
+
+def _log_thin(t, y, n: int = 400):
+    """About ``n`` samples of the curve, evenly spaced in log t (for a figure)."""
+    t, y = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
+    pos = t > 0
+    t, y = t[pos], y[pos]
+    grid = np.geomspace(t[0], t[-1], n)
+    idx = np.unique(np.clip(np.searchsorted(t, grid), 0, t.size - 1))
+    return t[idx].tolist(), y[idx].tolist()
 
 
 @check("linear_attention.separate.rank_plateaus",
@@ -336,13 +347,15 @@ def rank_plateaus(ctx):
              "brief f(w2) > f(w1)/3 (count)": 0, "head counts != ceil(m/R) (count)": 0,
              "levels at conspicuous plateaus rel / tol": 0.0, "M at conspicuous plateaus rel / tol": 0.0}
     ctrl_r1, ctrl_heads, ctrl_literal, ctrl_next = [], [], [], []
-    threshold_held = {}
+    threshold_held, curves = {}, {}
     for ir, R in enumerate(ranks):
         rows[f"R={R}"] = []
         for k in range(draws):
             H = -(-D // R)
             unit = fs.init_separate(rngs[ir * draws + k], H, R, D, 1.0)
             r1, r2 = (rank_run(mo, Lam, N, lam, levels, R, None, w, n_t=n_t, unit=unit) for w in (w1, w2))
+            curves.setdefault(R, r2.pop("_curve"))
+            r1.pop("_curve")
             f1 = np.array(r1["time_near / (tau/(lambda_{m+1}^2 w))"])
             f2 = np.array(r2["time_near / (tau/(lambda_{m+1}^2 w))"])
             mult = np.arange(D) % R == 0
@@ -374,6 +387,20 @@ def rank_plateaus(ctx):
     disc = max(parts["levels at conspicuous plateaus rel / tol"], parts["M at conspicuous plateaus rel / tol"])
     passed = bool(disc <= 1.0 and sum(counts) == 0)
     held = {k: f"{sum(v)}/{len(v)}" for k, v in threshold_held.items()}
+    # from half the first drop time on (the loss is flat at L(M_0) before)
+    mid = 0.5 * (levels[0] + levels[1])
+    t0 = 0.5 * min(next(t for t, y in zip(*c) if y < mid) for c in curves.values())
+    curves = {R: tuple(zip(*[(t, y) for t, y in zip(*c) if t >= t0])) for R, c in curves.items()}
+    t_all = [x for c in curves.values() for x in c[0]]
+    series = [{"label": f"exact flow, rank R = {R} (H = {-(-D // R)} heads)", "x": list(c[0]), "y": list(c[1])}
+              for R, c in curves.items()]
+    series += [{"label": "saddle levels L(M_m), eq. 19" if m == 0 else None, "style": ":", "color": "0.5",
+                "x": [min(t_all), max(t_all)], "y": [float(L), float(L)]} for m, L in enumerate(levels)]
+    figures = {"staircase_by_rank": {
+        "kind": "lines", "xscale": "log", "xlabel": "t / tau", "ylabel": "population loss",
+        "title": f"Separate model, D = {D}, w_init = {w2:g}: long plateaus only at m = multiples of R "
+                 "(dotted: every saddle L(M_m))",
+        "series": series}}
     return Outcome(
         measured={k: [{"ratio f(w2)/f(w1)": x["ratio f(w2)/f(w1)"],
                        "grown (w2)": x["run w2"]["grown heads at t=0, t_1..t_D"]} for x in v]
@@ -401,6 +428,7 @@ def rank_plateaus(ctx):
                           "plateaus: min relative error / tol", float(min(ctrl_next)) / RANK_LEVEL_RTOL, 1.0)],
         details={"parts": parts, "fixed-threshold V13 pattern held (report only)": held,
                  "runs": rows, "w_init": [w1, w2], "levels": levels.tolist()},
+        figures=figures,
     )
 
 
