@@ -231,7 +231,8 @@ def _scalar_drop_times(lam, a, v0, levels, mo, E, T):
 
     t = np.concatenate([[0.0], np.geomspace(1.0, T, 3000)])
     curve = np.array([loss_at(s) for s in t])
-    return fs.plateaus(t, curve, levels, func=loss_at).drop_times, t, curve
+    v = np.array([[float(s(ti)[0]) for s in sols] for ti in t])
+    return fs.plateaus(t, curve, levels, func=loss_at).drop_times, t, curve, v
 
 
 @check("linear_attention.separate.flow_staircase",
@@ -278,7 +279,7 @@ def flow_staircase(ctx):
     ta = np.concatenate([[0.0], np.geomspace(1.0, Ta, 3000)])
     ra = fs.integrate(mo, None, va, ka, qa, tau=TAU, t_eval=ta, rtol=RTOL, method="LSODA", dense=True)
     drops_flow = fs.plateaus(ra.t, ra.loss, levels, func=ra.loss_at).drop_times
-    drops_ode, t_ode, curve_ode = _scalar_drop_times(lam, a, va, levels, mo, E, Ta)
+    drops_ode, t_ode, curve_ode, v_ode = _scalar_drop_times(lam, a, va, levels, mo, E, Ta)
     ode_err = float(np.max(np.abs(drops_flow / drops_ode - 1)))
     esc = np.array([float(_cf("linear_attention.separate.escape_time", Lambda=Lam, N=N, m=m, tau=TAU,
                               w_init=wa)) for m in range(1, D + 1)])
@@ -324,7 +325,17 @@ def flow_staircase(ctx):
         figures={"staircase": {"kind": "lines",
                                "title": "ATTN_S rank 1, H = D = 4, N = 31: loss vs t/τ and L(M_m)",
                                "xlabel": "t/τ", "ylabel": "L", "xscale": "log",
-                               "series": fig_series}},
+                               "series": fig_series},
+                 "value_weights": {
+                     "kind": "lines", "xscale": "log", "xlabel": "t/τ", "ylabel": "value weight v_i",
+                     "title": "Aligned start: each head's value weight, exact flow vs the scalar ODE eq. 21 "
+                              "(dotted: v* = (λ/a)^(1/3))",
+                     "series": [_series(ra.t[1:], np.abs(ra.v[1:, i]), f"head {i + 1} (e_{i + 1}), exact flow", "-")
+                                for i in range(H)]
+                     + [{**_series(t_ode[1:], v_ode[1:, i], "scalar ODE eq. 21" if i == 0 else None, "--"), "color": "k"}
+                        for i in range(H)]
+                     + [{**_series([ra.t[1], Ta], [vs, vs], None, ":"), "color": "0.5"}
+                        for vs in (lam / a) ** (1 / 3)]}},
     )
 
 
