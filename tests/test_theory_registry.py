@@ -63,6 +63,7 @@ def _defaults():
         "kappa1": 0.6, "kappa2": 1.3,
         "W_Q": rng.standard_normal((3, 3)), "W_K": rng.standard_normal((3, 3)),
         "W_QK": _rotated([0.9, -0.4, 0.3], seed=3),
+        "mu": [0.3, -0.5, 0.8], "a_vec": [0.7, 0.2, -0.4],
         ("a", "steps"): [0.4, 1.1],
         ("b", "steps"): [0.5, 0.8],
     }

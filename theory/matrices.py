@@ -172,10 +172,14 @@ def _dim_symbol(Lam: sp.MatrixSymbol) -> sp.Expr:
 
 def explicit(expr: sp.Basic, dim_symbol: sp.Symbol, d: int, symmetric=("Lambda", "Lambda_q", "Sigma")):
     """``expr`` at concrete size ``d`` with every D x D MatrixSymbol replaced by a matrix of
-    scalar symbols (symmetric for the covariance names in ``symmetric``)."""
+    scalar symbols (symmetric for the covariance names in ``symmetric``) and every D x 1 one
+    by a column of scalar symbols."""
     e = expr.subs(dim_symbol, d)
     reps = {}
     for m in e.atoms(sp.MatrixSymbol):
+        if m.shape == (d, 1):  # a D-vector (mu, a_vec): a column of scalar symbols
+            reps[m] = sp.ImmutableMatrix([[sp.Symbol(f"{m.name}_{i}")] for i in range(d)])
+            continue
         if m.shape != (d, d):
             continue
         if m.name in symmetric:

@@ -35,6 +35,7 @@ TOPICS = (
     "theory.localization.moments",
     "theory.localization.probability",
     "theory.localization.gradient",
+    "theory.localization.lemma3",
     "theory.scan_snap.h",
     "theory.scan_snap.attention",
 )
