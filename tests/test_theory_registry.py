@@ -64,6 +64,9 @@ def _defaults():
         "W_Q": rng.standard_normal((3, 3)), "W_K": rng.standard_normal((3, 3)),
         "W_QK": _rotated([0.9, -0.4, 0.3], seed=3),
         "mu": [0.3, -0.5, 0.8], "a_vec": [0.7, 0.2, -0.4],
+        # Tian et al. 2023 (Scan and Snap): M is the vocabulary size there, an integer
+        ("M", "index"): 30, "s": 5, "K": 3, "eta_Y": 0.5, "eta_Z": 0.3, "h": 0.01, "epsilon": 0.1,
+        "C0": 1.2, "r0": 0.8, "dz": 0.4, "f_nl": 0.6, "f_npl": 0.3,
         ("a", "steps"): [0.4, 1.1],
         ("b", "steps"): [0.5, 0.8],
     }

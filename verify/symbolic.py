@@ -69,7 +69,10 @@ def _draw(r, rng) -> dict:
         elif p.kind == "index" and n in ("m", "R", "j"):  # a direction count or rank: 1..D
             out[n] = int(rng.integers(1, D + 1))
         elif p.kind == "index":
-            hi = p.high if p.high is not None else (9 if n in ("D", "d", "L") else 1000)
+            # small dimensions / layer counts; other counts (N, n, s, M ...) up to 1000 (a
+            # recursion evaluated step by step in mpmath must stay cheap)
+            hi = 9 if n in ("D", "d", "L") else 1000
+            hi = min(hi, p.high) if p.high is not None else hi
             out[n] = int(rng.integers(p.low, hi + 1))
         elif n == "t":
             out[n] = float(rng.uniform(0, 20))

@@ -1,1 +1,602 @@
-"""Placeholder: records are added here (Tian et al. 2023)."""
+"""Decoder and self-attention dynamics of Scan and Snap (Tian, Wang, Chen, Du 2023, §4-6, App. D-F).
+
+Derived here (sympy, not retyped):
+
+* Lemma 5 (eqs. 31-32): the decoder row ``w_n(s) = (M-1) h*(s) zeta_n`` has entry ``(M-1) h*`` on
+  the label and ``-h*`` elsewhere; its softmax ``alpha_n(s)`` (computed from ``w_n(s-1)``) and the
+  residual ``e_n - alpha_n(s) = (M-1)/((M-1) + e^{M h*(s-1)}) zeta_n`` follow from that entry
+  pattern. ``h*`` is the recursion of eq. 33 (record ``scan_snap.h.discrete``).
+* Theorem 2, eq. 99: with a single common token ``l`` (the only overlap of classes n, n') the
+  per-pair term of eq. 97 is ``-(1 - f_nl^2) f_n^T f_n'``.
+* Theorem 3, eq. 11: separating ``dz_l / dz_l' = r + 1`` (eqs. 108-110) and solving for the other
+  token gives the relative gain ``r(t) = r(0) exp(2 (z_l(t) - z_l(0)))``.
+* Theorem 4 (eqs. 118-129): the common-token logit obeys ``dz/dt = -k C0^{-1} eta_Z gamma e^{4z}``
+  and ``dB_n/dt = eta_Z C0^{-1} gamma e^{4z}``; sympy's ``dsolve`` in the variable
+  ``Gamma = eta_Z int_0^t gamma`` gives ``z = -1/4 ln(1 + 4 k Gamma / C0)`` and the definite integral
+  ``B_n = 1/(4k) ln(1 + 4 k Gamma / C0)``. The substitution ``dt = K ((M-1) + e^{M h}) / eta_Y dh``
+  of eqs. 125-128 (the clock h(t/K) of eq. 44) integrates gamma exactly:
+  ``Gamma = (eta_Z/eta_Y) K (M-1)^2 h(t/K)^2 / 2``. ``k = 1`` is Theorem 4's hypothesis (the class sum
+  of eq. 10 read as an average, i.e. expected batch-1 SGD); ``k = K`` is eq. 10's sum read literally.
+* Eq. 14's two regimes: the corrected B_n with ``h(t/K) ~ eta_Y t/(M K)`` (the slope of eq. 44 at
+  h = 0) and ``h(t/K) ~ ln(M eta_Y t/K)/M`` (the dominant balance ``e^{M h} ~ M eta_Y t/K`` of eq. 45).
+
+Errata (spec §5.2): eq. 124 drops the lower limit of the integral, so the paper's
+``B_n = 1/4 ln(C0 + 4 Gamma)`` (and eqs. 14, 129-132) carries an extra ``1/4 ln C0`` (B_n(0) != 0);
+eq. 10 sums over classes, which under Theorem 4's clock multiplies the common-token rate by K.
+
+Records whose value needs ``h`` evaluate it through ``scan_snap.h.continuous`` /
+``scan_snap.h.discrete`` in the requested backend (``evaluate=``); the sympy expression is
+written in the auxiliary symbol ``h`` (passed as a derived value to the emitted printed form).
+
+Contains
+--------
+``scan_snap.decoder.label_logit``, ``.alpha_correct``, ``.residual``;
+``scan_snap.attention.growth``, ``.growth_printed``, ``.growth_literal``, ``.common_logit``,
+``.common_logit_literal``, ``.growth_scanning``, ``.growth_snapping``, ``.relative_gain``,
+``.common_pair_term``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from ..params import Param, index, nonnegative, positive
+from ..registry import ClosedForm, register
+
+PAPER = "Tian et al. 2023"
+
+T_STEPS = nonnegative("t", "Total number of batch-1 SGD steps (each of the K classes has had about t/K).")
+M_VOCAB = Param("M", "index", "Vocabulary size M (the size of the output softmax).", low=2, symbol="M_vocab")
+K_CLASSES = index("K", "Number of next tokens (sequence classes), sampled uniformly.")
+ETA_Y = positive("eta_Y", "Decoder learning rate eta_Y.")
+ETA_Z = positive("eta_Z", "Self-attention learning rate eta_Z.")
+C0 = positive("C0", "Constant C0 of Theorem 4 (rho_0^4 / K in the paper's heuristic, eq. 13).")
+S_STEP = index("s", "Decoder step s >= 1 (Lemma 5: every step has next token n).")
+R0 = positive("r0", "Initial relative gain r_{l/l'|n}(0) > 0 of a distinct token l over l' (Theorem 3).")
+DZ = nonnegative("dz", "Growth z_ml(t) - z_ml(0) of the distinct token's logit (>= 0 by Theorem 2).")
+F_NL = positive("f_nl", "Entry f_nl of the normalised attention f_n on the common token l (<= 1).")
+F_NPL = positive("f_npl", "Entry f_n'l of class n' on the same common token l (<= 1).")
+
+BN_PARAMS = (T_STEPS, M_VOCAB, K_CLASSES, ETA_Y, ETA_Z, C0)
+DEC_PARAMS = (S_STEP, M_VOCAB, ETA_Y)
+
+__all__ = ["derive_common_logit", "derive_growth", "derive_gamma_integral", "printed_growth",
+           "separable_solution", "PAPER"]
+
+
+def _sym(name):
+    from ..symbols import sym
+
+    return sym(name)
+
+
+# -- Lemma 5: the decoder row and its softmax -------------------------------------------------
+def _zeta_entries():
+    """Entries of zeta_n = M/(M-1) (e_n - 1/M): (label entry, any other entry)."""
+    import sympy as sp
+
+    M = _sym("M_vocab")
+    return sp.simplify(M / (M - 1) * (1 - 1 / M)), sp.simplify(M / (M - 1) * (-1 / M))
+
+
+@cache
+def derive_label_logit():
+    """Label entry of w_n = (M-1) h zeta_n (eq. 31): (M-1) h."""
+    import sympy as sp
+
+    M, h = _sym("M_vocab"), _sym("h")
+    return sp.simplify((M - 1) * h * _zeta_entries()[0])
+
+
+@cache
+def _softmax_of_row():
+    """(alpha on the label, alpha on one other token) for the row (M-1) h zeta_n."""
+    import sympy as sp
+
+    M, h = _sym("M_vocab"), _sym("h")
+    lab, oth = ((M - 1) * h * e for e in _zeta_entries())
+    den = sp.exp(lab) + (M - 1) * sp.exp(oth)  # the label plus M-1 identical other entries
+    return sp.simplify(sp.exp(lab) / den), sp.simplify(sp.exp(oth) / den)
+
+
+@cache
+def derive_alpha_correct():
+    """Label entry of softmax((M-1) h zeta_n)."""
+    return _softmax_of_row()[0]
+
+
+@cache
+def derive_residual():
+    """Coefficient c with e_n - alpha_n = c zeta_n: c = 1 - alpha_nn (label entry of zeta_n is 1);
+    the other entries agree, -alpha_nj = c (-1/(M-1)), which is asserted."""
+    import sympy as sp
+
+    a, o = _softmax_of_row()
+    c = sp.simplify(1 - a)
+    lab, oth = _zeta_entries()
+    assert sp.simplify(lab - 1) == 0 and sp.simplify(-o - c * oth) == 0
+    return c
+
+
+def printed_alpha_correct():
+    """Eq. 32, j = n: exp(M h*(s-1)) / ((M-1) + exp(M h*(s-1)))."""
+    import sympy as sp
+
+    M, h = _sym("M_vocab"), _sym("h")
+    return sp.exp(M * h) / ((M - 1) + sp.exp(M * h))
+
+
+def printed_residual():
+    """Lemma 5: e_n - alpha_n(s) = (M-1)/(M-1+exp(M h*(s-1))) zeta_n."""
+    import sympy as sp
+
+    M, h = _sym("M_vocab"), _sym("h")
+    return (M - 1) / ((M - 1) + sp.exp(M * h))
+
+
+# -- Theorem 4 ---------------------------------------------------------------------------------
+@cache
+def separable_solution(k=1):
+    """dsolve of dz/dGamma = -k e^{4z}/C0, z(0) = 0, and B(Gamma) = int_0^Gamma e^{4z}/C0.
+
+    Returns (z(Gamma), B(Gamma), Gamma symbol). ``k`` is 1 (Theorem 4) or the class count
+    K (eq. 10 summed literally).
+    """
+    import sympy as sp
+
+    G = sp.Symbol("Gamma", nonnegative=True)
+    C = _sym("C0")
+    k = sp.sympify(k)
+    z = sp.Function("z")
+    sol = sp.dsolve(sp.Eq(z(G).diff(G), -k * sp.exp(4 * z(G)) / C), z(G), ics={z(0): 0})
+    zG = sp.logcombine(sol.rhs, force=True)
+    g = sp.Symbol("g", nonnegative=True)
+    B = sp.integrate(sp.exp(4 * zG.subs(G, g)) / C, (g, 0, G))
+    return sp.simplify(zG), sp.simplify(B), G
+
+
+@cache
+def derive_gamma_integral():
+    """Gamma = eta_Z int_0^t gamma(t') dt' by the substitution t' -> h(t'/K) (eqs. 125-128)."""
+    import sympy as sp
+
+    M, K, eY, eZ, h = _sym("M_vocab"), _sym("K"), _sym("eta_Y"), _sym("eta_Z"), _sym("h")
+    u = sp.Symbol("u", nonnegative=True)
+    gamma = (M - 1) ** 2 * u / ((M - 1) + sp.exp(M * u))  # gamma(t) at h(t/K) = u (R3)
+    dt_du = K * ((M - 1) + sp.exp(M * u)) / eY  # from dh(t/K)/dt = eta_Y / (K ((M-1) + e^{M h}))  (eq. 44)
+    return sp.factor(sp.integrate(sp.simplify(eZ * gamma * dt_du), (u, 0, h)))
+
+
+def _in_h(expr_of_gamma, G):
+    return expr_of_gamma.xreplace({G: derive_gamma_integral()})
+
+
+@cache
+def derive_growth(literal=False):
+    """B_n(t) in terms of h = h(t/K): 1/(4k) ln(1 + 4 k Gamma/C0), k = K if ``literal``."""
+    _, B, G = separable_solution(_sym("K") if literal else 1)
+    return _in_h(B, G)
+
+
+@cache
+def derive_common_logit(literal=False):
+    z, _, G = separable_solution(_sym("K") if literal else 1)
+    return _in_h(z, G)
+
+
+def printed_growth():
+    """Eq. 124/129 as printed: 1/4 ln(C0 + 2 (eta_Z/eta_Y) K (M-1)^2 h^2)."""
+    import sympy as sp
+
+    M, K, eY, eZ, h, C = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "eta_Z", "h", "C0"))
+    return sp.log(C + 2 * eZ / eY * K * (M - 1) ** 2 * h**2) / 4
+
+
+def printed_common_logit():
+    """Eq. 122: exp(-4 z) = 4 C0^{-1} Gamma + 1, Gamma from eq. 128."""
+    import sympy as sp
+
+    M, K, eY, eZ, h, C = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "eta_Z", "h", "C0"))
+    return -sp.log(4 / C * (eZ / eY) * K * (M - 1) ** 2 * h**2 / 2 + 1) / 4
+
+
+# eq. 14: asymptotic h(t/K) in the two regimes
+@cache
+def _h_linear():
+    """h(t/K) ~ t/K * dh/dt|_{h=0} with dh/dt = eta_Y/((M-1) + e^{M h}) (eq. 44)."""
+    import sympy as sp
+
+    M, K, eY, t, h = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "t", "h"))
+    slope = (eY / ((M - 1) + sp.exp(M * h))).subs(h, 0)
+    return sp.simplify(slope * t / K)
+
+
+@cache
+def _h_log():
+    """h(t/K) from the dominant balance e^{M h} = M eta_Y (t/K) of eq. 45 at large t."""
+    import sympy as sp
+
+    M, K, eY, t, h = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "t", "h"))
+    (sol,) = sp.solve(sp.Eq(sp.exp(M * h), M * eY * t / K), h)
+    return sol
+
+
+@cache
+def derive_growth_scanning():
+    import sympy as sp
+
+    return sp.simplify(derive_growth().xreplace({_sym("h"): _h_linear()}))
+
+
+@cache
+def derive_growth_snapping():
+    return derive_growth().xreplace({_sym("h"): _h_log()})
+
+
+def _stable_asymptotic(h_of_t):
+    """1/4 log1p(4 Gamma/C0) with Gamma at the asymptotic h (no cancellation at small t)."""
+    from sympy.codegen.cfunctions import log1p
+
+    G = derive_gamma_integral().xreplace({_sym("h"): h_of_t})
+    return log1p(4 * G / _sym("C0")) / 4
+
+
+def printed_growth_scanning():
+    """Eq. 14, t < t_0': 1/4 ln(C0 + 2 (M-1)^2/(K M^2) eta_Y eta_Z t^2)."""
+    import sympy as sp
+
+    M, K, eY, eZ, t, C = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "eta_Z", "t", "C0"))
+    return sp.log(C + 2 * (M - 1) ** 2 / (K * M**2) * eY * eZ * t**2) / 4
+
+
+def printed_growth_snapping():
+    """Eq. 14, t >= t_0: 1/4 ln(C0 + 2 K (M-1)^2/M^2 (eta_Z/eta_Y) ln^2(M eta_Y t/K))."""
+    import sympy as sp
+
+    M, K, eY, eZ, t, C = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "eta_Z", "t", "C0"))
+    return sp.log(C + 2 * K * (M - 1) ** 2 / M**2 * eZ / eY * sp.log(M * eY * t / K) ** 2) / 4
+
+
+# -- Theorem 3 --------------------------------------------------------------------------------
+@cache
+def derive_relative_gain():
+    """Eqs. 108-111: e^{-2 dz_l} dz_l = (r0 + 1) e^{-2 dz_l'} dz_l' integrated from 0; solve for dz_l'
+    and substitute into r = f_l^2/f_l'^2 - 1 = (r0 + 1) e^{2 (dz_l - dz_l')} - 1."""
+    import sympy as sp
+
+    r0, a = _sym("r0"), _sym("dz")
+    b, x = sp.Symbol("b_other", real=True), sp.Symbol("x", real=True)
+    lhs = sp.integrate(sp.exp(-2 * x), (x, 0, a))
+    rhs = (r0 + 1) * sp.integrate(sp.exp(-2 * x), (x, 0, b))
+    # solve for e^{-2 b} (linear in it)
+    E = sp.Symbol("E_b", positive=True)
+    (Eb,) = sp.solve(sp.Eq(lhs, rhs.subs(sp.exp(-2 * b), E)), E)
+    r = (r0 + 1) * sp.exp(2 * a) * Eb - 1
+    return sp.simplify(sp.expand(r))
+
+
+def printed_relative_gain():
+    """Eq. 11: r(t) = r(0) chi_l(t), chi_l = exp(2 (z_ml(t) - z_ml(0)))."""
+    import sympy as sp
+
+    return _sym("r0") * sp.exp(2 * _sym("dz"))
+
+
+# -- Theorem 2 --------------------------------------------------------------------------------
+@cache
+def derive_common_pair_term():
+    """Eq. 97's per-pair term f_nl [(f_n^T f_n') f_nl - f_n'l] with f_n^T f_n' = f_nl f_n'l
+    (classes n, n' share only the token l)."""
+    import sympy as sp
+
+    a, b = _sym("f_nl"), _sym("f_npl")
+    overlap = a * b
+    return sp.factor(a * (overlap * a - b))
+
+
+def printed_common_pair_term():
+    """Eq. 99: -(1 - f_nl^2) (f_n^T f_n')."""
+    a, b = _sym("f_nl"), _sym("f_npl")
+    return -(1 - a**2) * (a * b)
+
+
+# -- numerics ----------------------------------------------------------------------------------
+def _backend_ops(backend):
+    if backend == "numpy":
+        return np.log1p, np.log, np.exp, (lambda x: x)
+    if backend == "mpmath":
+        import mpmath
+
+        return mpmath.log1p, mpmath.log, mpmath.exp, mpmath.mpf
+    if backend == "torch":
+        import torch
+
+        def conv(x):
+            return x.to(torch.float64) if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float64)
+
+        return torch.log1p, torch.log, torch.exp, conv
+    raise ValueError(f"backend: expected numpy, mpmath or torch, got {backend!r}")
+
+
+def _h_of_t(backend, values):
+    """h(t/K) from scan_snap.h.continuous in ``backend``."""
+    import theory
+
+    _, _, _, conv = _backend_ops(backend)
+    t = conv(values["t"])
+    return theory.get("scan_snap.h.continuous")(backend, t=t / values["K"], M=values["M"],
+                                                 eta_Y=values["eta_Y"])
+
+
+def _h_star(backend, s, values):
+    """h*(s) from scan_snap.h.discrete (h*(0) = 0)."""
+    import theory
+
+    _, _, _, conv = _backend_ops(backend)
+    if s == 0:
+        return conv(0.0)
+    return theory.get("scan_snap.h.discrete")(backend, s=s, M=values["M"], eta_Y=values["eta_Y"])
+
+
+def _gamma_integral(backend, values, h):
+    _, _, _, conv = _backend_ops(backend)
+    M, K = values["M"], values["K"]
+    return conv(values["eta_Z"]) / conv(values["eta_Y"]) * K * (M - 1) ** 2 * h**2 / 2
+
+
+def _bn_eval(kind):
+    def evaluate(backend, values, dims):
+        log1p, log, _, conv = _backend_ops(backend)
+        h = _h_of_t(backend, values)
+        G = _gamma_integral(backend, values, h)
+        C, K = conv(values["C0"]), values["K"]
+        if kind == "growth":
+            return log1p(4 * G / C) / 4
+        if kind == "literal":
+            return log1p(4 * K * G / C) / (4 * K)
+        if kind == "logit":
+            return -log1p(4 * G / C) / 4
+        if kind == "logit_literal":
+            return -log1p(4 * K * G / C) / 4
+        if kind == "printed":
+            return log(C + 4 * G) / 4
+        raise AssertionError(kind)
+
+    return evaluate
+
+
+def _bn_derived(values, dims):
+    return {"h": _h_of_t("numpy", values)}
+
+
+def _decoder_derived(shift):
+    def derived(values, dims):
+        return {"h": _h_star("numpy", values["s"] - shift, values)}
+
+    return derived
+
+
+def _decoder_eval(kind):
+    def evaluate(backend, values, dims):
+        _, _, exp, conv = _backend_ops(backend)
+        M = values["M"]
+        if kind == "label":
+            return (M - 1) * _h_star(backend, values["s"], values)
+        h = _h_star(backend, values["s"] - 1, values)
+        if kind == "alpha":
+            return 1 / (1 + (M - 1) * exp(-M * h))
+        return (M - 1) * exp(-M * h) / (1 + (M - 1) * exp(-M * h))  # residual, finite for large M h
+
+    return evaluate
+
+
+def _t_positive(values, dims):
+    if np.any(np.asarray(values["t"]) <= 0):
+        raise ValueError(f"t: must be > 0 (ln t in the snapping regime), got {values['t']!r}")
+
+
+def _f_domain(values, dims):
+    for n in ("f_nl", "f_npl"):
+        if np.any(np.asarray(values[n]) > 1):
+            raise ValueError(f"{n}: an entry of a unit vector must be <= 1, got {values[n]!r}")
+
+
+# -- registry ---------------------------------------------------------------------------------------
+_CLOCK = ("t counts total batch-1 SGD steps; h = h(t/K) solves dh/dt = eta_Y/((M-1) + e^{M h}) "
+          "(eq. 44, record scan_snap.h.continuous); Gamma = eta_Z int_0^t gamma = (eta_Z/eta_Y) K "
+          "(M-1)^2 h^2/2 exactly (eqs. 125-128).")
+_ERR_124 = ("Eq. 124 drops the lower limit of the definite integral int_0^t dGamma/(C0 + 4 Gamma): the "
+            "paper's B_n = 1/4 ln(C0 + 4 Gamma) exceeds the correct 1/4 ln(1 + 4 Gamma/C0) by 1/4 ln C0 "
+            "at every t (so its B_n(0) = ln(C0)/4 != 0); eqs. 14, 129-132 inherit the offset. Growth "
+            "rates are unaffected.")
+
+register(ClosedForm(
+    id="scan_snap.attention.growth",
+    title="B_n(t) of Theorem 4: the corrected definite integral 1/4 ln(1 + 4 Gamma/C0)",
+    source=f"{PAPER}, Theorem 4, eqs. 118-129 (integration constant corrected)",
+    status="exact",
+    params=BN_PARAMS,
+    derive=derive_growth,
+    printed=printed_growth,
+    derived=_bn_derived,
+    derived_names=("h",),
+    evaluate=_bn_eval("growth"),
+    doc="B_n(t) = eta_Z int_0^t xi_n under Theorem 4's hypotheses dz_ml/dt = -C0^{-1} eta_Z gamma e^{4 z_ml}, "
+        "xi_n = C0^{-1} gamma e^{4 z_ml}, z_ml(0) = 0 (the class sum of eq. 10 read as an average: "
+        "expected batch-1 SGD). Exact given h; the hypotheses are the paper's heuristic (eq. 13). "
+        + _CLOCK + " B_n(0) = 0; B_n ~ 1/2 ln t in the scanning stage and ~ 1/2 ln ln t after t_0 once "
+        "4 Gamma >> C0.",
+    erratum=_ERR_124,
+))
+
+register(ClosedForm(
+    id="scan_snap.attention.growth_printed",
+    title="B_n(t) as printed in eqs. 124/129: 1/4 ln(C0 + 4 Gamma) (integration-constant erratum)",
+    source=f"{PAPER}, Theorem 4, eqs. 124, 129 (as printed)",
+    status="heuristic",
+    params=BN_PARAMS,
+    derive=printed_growth,
+    printed=printed_growth,
+    derived=_bn_derived,
+    derived_names=("h",),
+    evaluate=_bn_eval("printed"),
+    doc="Registered so that the paper's formula can be evaluated; it is WRONG by the constant "
+        "1/4 ln C0 (B_n(0) = ln(C0)/4): use scan_snap.attention.growth. " + _ERR_124,
+))
+
+register(ClosedForm(
+    id="scan_snap.attention.growth_literal",
+    title="B_n(t) under the literal class sum of eq. 10: 1/(4K) ln(1 + 4 K Gamma/C0)",
+    source=f"{PAPER}, eq. 10 summed over the K classes, with Theorem 4's xi_n (spec §5.2 item 2)",
+    status="exact",
+    params=BN_PARAMS,
+    derive=lambda: derive_growth(True),
+    derived=_bn_derived,
+    derived_names=("h",),
+    evaluate=_bn_eval("literal"),
+    doc="Eq. 10 sums over the K classes that share the query, so with Theorem 4's xi_n = C0^{-1} gamma "
+        "e^{4z} the common-token rate is dz/dt = -K C0^{-1} eta_Z gamma e^{4z} (factor K explicit) while "
+        "dB_n/dt = eta_Z xi_n keeps no K: then z = -1/4 ln(1 + 4 K Gamma/C0) and B_n = 1/(4K) ln(1 + 4 K "
+        "Gamma/C0), exactly given that ODE. " + _CLOCK + " For 4 K Gamma << C0 it equals the averaged "
+        "reading; at large Gamma it is about 1/K of it.",
+))
+
+register(ClosedForm(
+    id="scan_snap.attention.common_logit",
+    title="Common-token logit z_ml(t) = -1/4 ln(1 + 4 Gamma/C0) (Theorem 4, eq. 122)",
+    source=f"{PAPER}, Theorem 4, eq. 122",
+    status="exact",
+    params=BN_PARAMS,
+    derive=derive_common_logit,
+    printed=printed_common_logit,
+    derived=_bn_derived,
+    derived_names=("h",),
+    evaluate=_bn_eval("logit"),
+    doc="Solution of dz/dt = -C0^{-1} eta_Z gamma(t) e^{4z}, z(0) = 0 (dsolve in Gamma). " + _CLOCK
+        + " Eq. 122 keeps the integration constant (the erratum enters only at eq. 124).",
+))
+
+register(ClosedForm(
+    id="scan_snap.attention.common_logit_literal",
+    title="Common-token logit under the literal class sum: -1/4 ln(1 + 4 K Gamma/C0)",
+    source=f"{PAPER}, eq. 10 summed over the K classes (spec §5.2 item 2)",
+    status="exact",
+    params=BN_PARAMS,
+    derive=lambda: derive_common_logit(True),
+    derived=_bn_derived,
+    derived_names=("h",),
+    evaluate=_bn_eval("logit_literal"),
+    doc="Solution of dz/dt = -K C0^{-1} eta_Z gamma e^{4z}, z(0) = 0: eq. 10's sum over K classes with "
+        "Theorem 4's per-class xi_n. " + _CLOCK,
+))
+
+_ERR_14 = ("Eq. 14 inherits eq. 124's dropped integration constant: the printed form adds C0 inside the "
+           "log instead of dividing by it, i.e. it exceeds the corrected asymptotic form by 1/4 ln C0.")
+
+register(ClosedForm(
+    id="scan_snap.attention.growth_scanning",
+    title="Eq. 14, scanning stage t < t_0': B_n with h(t/K) ~ eta_Y t/(M K)",
+    source=f"{PAPER}, Theorem 4, eqs. 14, 130 (integration constant corrected)",
+    status="asymptotic",
+    params=BN_PARAMS,
+    derive=derive_growth_scanning,
+    printed=printed_growth_scanning,
+    stable=lambda: _stable_asymptotic(_h_linear()),
+    doc="1/4 ln(1 + 2 (M-1)^2 eta_Y eta_Z t^2 / (K M^2 C0)): the corrected B_n with the linear stage of h "
+        "(the slope eta_Y/M of eq. 44 at h = 0). Accurate for t << t_0' = K ln M/eta_Y (spec: 0.05% at "
+        "0.1 t_0', 11% at t_0').",
+    erratum=_ERR_14,
+))
+
+register(ClosedForm(
+    id="scan_snap.attention.growth_snapping",
+    title="Eq. 14, snapping stage t >= t_0: B_n with h(t/K) ~ ln(M eta_Y t/K)/M",
+    source=f"{PAPER}, Theorem 4, eqs. 14, 131 (integration constant corrected)",
+    status="asymptotic",
+    params=BN_PARAMS,
+    derive=derive_growth_snapping,
+    printed=printed_growth_snapping,
+    stable=lambda: _stable_asymptotic(_h_log()),
+    domain=_t_positive,
+    doc="1/4 ln(1 + 2 K (M-1)^2 eta_Z ln^2(M eta_Y t/K) / (M^2 eta_Y C0)): the corrected B_n with the "
+        "logarithmic stage of h (e^{M h} ~ M eta_Y t/K dominates eq. 45). Relative error -> 0 as t -> oo "
+        "(spec: 2.2% at t_0, 0.01% at 100 t_0 in the paper's convention).",
+    erratum=_ERR_14,
+))
+
+register(ClosedForm(
+    id="scan_snap.attention.relative_gain",
+    title="Theorem 3: relative gain r(t) = r(0) exp(2 (z_ml(t) - z_ml(0)))",
+    source=f"{PAPER}, Theorem 3, eqs. 11, 108-111",
+    status="exact",
+    params=(R0, DZ),
+    derive=derive_relative_gain,
+    printed=printed_relative_gain,
+    doc="For distinct tokens l, l' of class n, dz_l/dz_l' = f_nl^2/f_nl'^2 = r + 1 (eq. 98); separating "
+        "and integrating from 0 gives r_{l/l'|n}(t) = r(0) chi_l(t) with chi_l = e^{2 dz}, dz = z_ml(t) - "
+        "z_ml(0). Also valid for r0 in (-1, 0) (the parameter is declared positive: Theorem 3's dominant "
+        "token). The paper's definition prints f^2_{n'l'} in the denominator (typo for f^2_{nl'}).",
+))
+
+register(ClosedForm(
+    id="scan_snap.attention.common_pair_term",
+    title="Theorem 2, eq. 99: per-pair term of a single common token, -(1 - f_nl^2) f_n^T f_n'",
+    source=f"{PAPER}, Theorem 2(b), eqs. 97, 99",
+    status="exact",
+    params=(F_NL, F_NPL),
+    derive=derive_common_pair_term,
+    printed=printed_common_pair_term,
+    domain=_f_domain,
+    doc="If classes n and n' share only the token l, f_n^T f_n' = f_nl f_n'l and the term f_nl [(f_n^T f_n') "
+        "f_nl - f_n'l] of eq. 97 equals -(1 - f_nl^2) f_nl f_n'l <= 0; summed with beta_nn' it gives "
+        "dz_ml = -eta_Z sum_n (1 - f_nl^2) xi_n (eq. 100). A distinct token (f_n'l = 0) gives f_nl^2 "
+        "f_n^T f_n' >= 0 instead (eq. 98).",
+))
+
+register(ClosedForm(
+    id="scan_snap.decoder.label_logit",
+    title="Lemma 5: label entry of the decoder row w_n(s) = (M-1) h*(s) zeta_n",
+    source=f"{PAPER}, Lemma 5, eqs. 31, 39",
+    status="exact",
+    params=DEC_PARAMS,
+    derive=derive_label_logit,
+    printed=lambda: (_sym("M_vocab") - 1) * _sym("h"),
+    derived=_decoder_derived(0),
+    derived_names=("h",),
+    evaluate=_decoder_eval("label"),
+    doc="w_n(s) = h*(s) (M e_n - 1): (M-1) h*(s) on the label, -h*(s) elsewhere (eq. 39), after s steps "
+        "of next token n from Y(0) = 0; h = h*(s) from eq. 33 (record scan_snap.h.discrete).",
+))
+
+register(ClosedForm(
+    id="scan_snap.decoder.alpha_correct",
+    title="Lemma 5, eq. 32: softmax probability of the correct token at step s",
+    source=f"{PAPER}, Lemma 5, eq. 32",
+    status="exact",
+    params=DEC_PARAMS,
+    derive=derive_alpha_correct,
+    printed=printed_alpha_correct,
+    derived=_decoder_derived(1),
+    derived_names=("h",),
+    evaluate=_decoder_eval("alpha"),
+    doc="alpha_nn(s) = softmax(w_n(s-1))_n = e^{M h} / ((M-1) + e^{M h}) with h = h*(s-1) (the softmax of "
+        "the entry pattern (M-1) h, -h, ..., -h); the other entries are 1/((M-1) + e^{M h}). Evaluated as "
+        "1/(1 + (M-1) e^{-M h}).",
+))
+
+register(ClosedForm(
+    id="scan_snap.decoder.residual",
+    title="Lemma 5: e_n - alpha_n(s) = (M-1)/((M-1) + e^{M h*(s-1)}) zeta_n (the coefficient)",
+    source=f"{PAPER}, Lemma 5 (after eq. 32), Corollary 1, eq. 71",
+    status="exact",
+    params=DEC_PARAMS,
+    derive=derive_residual,
+    printed=printed_residual,
+    derived=_decoder_derived(1),
+    derived_names=("h",),
+    evaluate=_decoder_eval("residual"),
+    doc="1 - alpha_nn(s) with h = h*(s-1); e_n - alpha_n is exactly parallel to zeta_n (checked in the "
+        "derivation). This is the step of h*: h*(s) - h*(s-1) = eta_Y/(M-1) times this coefficient.",
+))

@@ -1,0 +1,378 @@
+"""Models of Tian, Wang, Chen, Du 2023 ("Scan and Snap"): the data model of sequence classes,
+the population dynamics of the reparameterised 1-layer transformer, and a real torch 1-layer
+transformer.
+
+Y. Tian, Y. Wang, B. Chen, S. Du, *Scan and Snap: Understanding Training Dynamics and Token
+Composition in 1-layer Transformer*, NeurIPS 2023.
+
+Data model (§3.2): class ``n`` (next token ``label[n]``) has query token ``psi[n]`` and draws its
+``T - 1`` contextual tokens i.i.d. from ``P[n] = P(l | n)`` (a row over the vocabulary ``[M]``).
+A token in the support of exactly one class is *distinct*, of more than one *common*.
+
+Reparameterised model (§3.1): ``Y = U W_V^T U^T`` (decoder, logits ``Y^T f``) and
+``Z = U W_Q W_K^T U^T / sqrt(d)`` (attention logits; row = query). In the long-sequence limit
+(Lemma 2) class ``n`` sees the attention ``c_n = softmax(ln P[n] + z_{psi(n)})`` on the
+contextual tokens and ``f_n = c_n / ||c_n||``.
+
+Contents
+--------
+SequenceClasses          the data model (probabilities, query/label ids, distinct/common masks,
+                         sampling)
+syn_small, single_common data sets: the authors' Syn-Small generator (M = 34 incl. query and next
+                         ids) and K classes with D distinct tokens each plus one common token
+attention_velocity       eq. 10 / 97 with the Theorem-1 coefficient beta = E' (spec R5), per unit
+                         eta_Z gamma; also xi_n / gamma
+population_run           the batch-1 population (Y, Z) dynamics of Lemma 1 + Lemma 2 (spec R6)
+decoder_run              Lemma 5's single-class decoder iteration (R6 with eta_Z = 0)
+OneLayerTransformer      torch: embedding, softmax self-attention (separate W_Q, W_K, W_V), the
+                         l2 normalisation of §1.2, decoder tied to the embedding, cross-entropy
+train_transformer        SGD (two learning rates eta_Y, eta_Z, momentum) on sampled sequences
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+try:
+    import torch
+    from torch import nn
+except ImportError:  # pragma: no cover
+    torch = nn = None
+
+__all__ = ["SequenceClasses", "syn_small", "single_common", "attention_velocity", "population_run",
+           "decoder_run", "OneLayerTransformer", "train_transformer", "dt_entropy"]
+
+
+@dataclass(frozen=True)
+class SequenceClasses:
+    """Sequence classes s_n = (P(l | n), psi(n), n) of §3.2.
+
+    Attributes
+    ----------
+    P : ndarray (K, M)
+        P(l | n): rows sum to 1, zero off the support (and on query / next-token ids).
+    psi : ndarray (K,) of int
+        Query token of each class (x_T = psi(n)).
+    label : ndarray (K,) of int
+        Next-token id of each class (x_{T+1}), in [M].
+    """
+
+    P: np.ndarray
+    psi: np.ndarray
+    label: np.ndarray
+
+    def __post_init__(self):
+        P = np.asarray(self.P, dtype=np.float64)
+        if P.ndim != 2:
+            raise ValueError(f"P: expected a (K, M) array, got shape {P.shape}")
+        if np.any(P < 0) or not np.allclose(P.sum(1), 1.0, atol=1e-12):
+            raise ValueError("P: rows must be probability vectors")
+        K, M = P.shape
+        for name in ("psi", "label"):
+            v = np.asarray(getattr(self, name))
+            if v.shape != (K,) or np.any(v < 0) or np.any(v >= M):
+                raise ValueError(f"{name}: expected K = {K} token ids in [0, {M}), got {v!r}")
+        if np.any(P[:, np.asarray(self.label)] > 0) or np.any(P[:, np.asarray(self.psi)] > 0):
+            raise ValueError("P: query and next-token ids must not be contextual tokens")
+        object.__setattr__(self, "P", P)
+        object.__setattr__(self, "psi", np.asarray(self.psi, dtype=int))
+        object.__setattr__(self, "label", np.asarray(self.label, dtype=int))
+
+    @property
+    def K(self) -> int:
+        return self.P.shape[0]
+
+    @property
+    def M(self) -> int:
+        return self.P.shape[1]
+
+    @property
+    def omega(self) -> np.ndarray:
+        """|Omega(l)|: number of classes whose support contains token l (M,)."""
+        return (self.P > 0).sum(0)
+
+    @property
+    def distinct(self) -> np.ndarray:
+        """(K, M) mask: l in G_DT(n)."""
+        return (self.P > 0) & (self.omega == 1)[None, :]
+
+    @property
+    def common(self) -> np.ndarray:
+        """(K, M) mask: l in supp(n) and l in G_CT."""
+        return (self.P > 0) & (self.omega > 1)[None, :]
+
+    def attention(self, Z: np.ndarray) -> np.ndarray:
+        """Long-sequence attention c_n = softmax(ln P[n] + Z[psi(n)]) (Lemma 2), (K, M)."""
+        logits = np.where(self.P > 0, Z[self.psi], -np.inf)
+        logits = logits - logits.max(1, keepdims=True)
+        c = self.P * np.exp(np.where(self.P > 0, logits, 0.0))
+        return c / c.sum(1, keepdims=True)
+
+    def sample(self, batch: int, T: int, generator=None):
+        """Sample ``batch`` sequences (torch): classes uniform, ``T - 1`` i.i.d. contextual tokens.
+
+        Returns (context (B, T-1) long, query (B,) long, label (B,) long, cls (B,) long).
+        """
+        if T < 2:
+            raise ValueError(f"T: need T >= 2 (at least one contextual token), got {T}")
+        P = torch.as_tensor(self.P)
+        cls = torch.randint(self.K, (batch,), generator=generator)
+        context = torch.multinomial(P[cls], T - 1, replacement=True, generator=generator)
+        return context, torch.as_tensor(self.psi)[cls], torch.as_tensor(self.label)[cls], cls
+
+
+def syn_small(num_common: int = 10, num_distinct: int = 10, separate_queries: bool = True) -> SequenceClasses:
+    """Syn-Small (§8; the authors' generator): K = 2, common tokens 0..num_common-1 with weight 1,
+    num_distinct distinct tokens per class with weights linspace(0.1, 1, num_distinct); query ids
+    follow the contextual ids, then the next-token ids (M = 34 for the defaults)."""
+    K = 2
+    n_ctx = num_common + K * num_distinct
+    n_q = K if separate_queries else 1
+    M = n_ctx + n_q + K
+    P = np.zeros((K, M))
+    for n in range(K):
+        P[n, :num_common] = 1.0
+        lo = num_common + n * num_distinct
+        P[n, lo:lo + num_distinct] = np.linspace(0.1, 1.0, num_distinct)
+    P /= P.sum(1, keepdims=True)
+    psi = n_ctx + (np.arange(K) if separate_queries else np.zeros(K, dtype=int))
+    label = n_ctx + n_q + np.arange(K)
+    return SequenceClasses(P, psi, label)
+
+
+def single_common(K: int, D: int, distinct_weights=None, common_weight: float = 1.0,
+                  shared_query: bool = True) -> SequenceClasses:
+    """K classes, each with D distinct tokens and one common token (id 0) shared by all:
+    the setting of Theorem 2(b) / Theorem 4. Distinct weights default to linspace(1, 2, D)
+    (the same pattern in every class, Corollary 2's symmetric case); ids: common 0, distinct
+    1..K D, queries, then next tokens."""
+    w = np.linspace(1.0, 2.0, D) if distinct_weights is None else np.asarray(distinct_weights, float)
+    if w.shape != (D,):
+        raise ValueError(f"distinct_weights: expected {D} weights, got shape {w.shape}")
+    n_ctx = 1 + K * D
+    n_q = 1 if shared_query else K
+    M = n_ctx + n_q + K
+    P = np.zeros((K, M))
+    P[:, 0] = common_weight
+    for n in range(K):
+        P[n, 1 + n * D:1 + (n + 1) * D] = w
+    P /= P.sum(1, keepdims=True)
+    psi = n_ctx + (np.zeros(K, dtype=int) if shared_query else np.arange(K))
+    return SequenceClasses(P, psi, n_ctx + n_q + np.arange(K))
+
+
+# -- R5: the attention ODE (eq. 10 with the Theorem-1 gradient) -------------------------------
+def attention_velocity(classes: SequenceClasses, Z: np.ndarray, scale: float = 1.0):
+    """dZ/dt / (eta_Z gamma) and xi_n / gamma for the logits ``Z`` (M, M) (spec R5).
+
+    f_n = c_n/||c_n||, E = F^T F - I, beta = E' = I - (I + E)^{-1} (Theorem 1, eq. 88 to first
+    order), and row psi(n) of Z moves by ``scale * f_n * sum_{n' != n} beta_nn' ((f_n^T f_n') f_n -
+    f_n')`` (eq. 10 / 97); ``scale = 1`` sums the classes literally, ``1/K`` averages them (expected
+    batch-1 SGD). Returns (dZ (M, M), xi (K,)).
+    """
+    c = classes.attention(Z)
+    f = c / np.linalg.norm(c, axis=1, keepdims=True)
+    O = f @ f.T
+    beta = np.eye(classes.K) - np.linalg.inv(O)
+    np.fill_diagonal(beta, 0.0)
+    xi = (beta * O).sum(1)
+    v = f * (xi[:, None] * f - beta @ f)
+    dZ = np.zeros_like(Z)
+    np.add.at(dZ, classes.psi, scale * v)
+    return dZ, xi
+
+
+# -- R6: the population (Y, Z) dynamics ---------------------------------------------------------
+def _softmax(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def population_run(classes: SequenceClasses, eta_Y: float, eta_Z: float, steps: int, *,
+                   order=None, rng=None, record_every: int = 1):
+    """Batch-1 population dynamics of Lemma 1 in the long-sequence limit (spec R6).
+
+    Per step a class n (``order[s]``, else uniform from ``rng``, else round-robin): c = attention
+    of n, f = c/||c||, alpha = softmax(Y^T f), g = Y (e_label - alpha); then
+    ``Y += eta_Y f (e_label - alpha)^T`` and ``Z[psi(n)] += eta_Z (c/||c||) * (g - f (f^T g))``
+    (eq. 4 with the old Y). Y(0) = Z(0) = 0.
+
+    Returns a dict: ``Y``, ``Z`` (final), ``steps`` (recorded step counts), ``Zs`` (recorded Z
+    rows of the queries, (R, n_queries, M)), ``dz`` (per-step logit increments of the updated
+    class on its support, (steps, M), zero off the support) and ``cls`` (class per step).
+    """
+    K, M = classes.K, classes.M
+    if order is None:
+        order = rng.integers(K, size=steps) if rng is not None else np.arange(steps) % K
+    order = np.asarray(order, dtype=int)
+    Y = np.zeros((M, M))
+    Z = np.zeros((M, M))
+    queries = np.unique(classes.psi)
+    rec_steps, rec_Z = [0], [Z[queries].copy()]
+    dz = np.zeros((steps, M))
+    for s in range(steps):
+        n = order[s]
+        m = classes.psi[n]
+        c = _class_attention(classes, Z, n)
+        cn = np.linalg.norm(c)
+        f = c / cn
+        alpha = _softmax(Y.T @ f)
+        err = -alpha
+        err[classes.label[n]] += 1.0
+        g = Y @ err
+        Y += eta_Y * np.outer(f, err)
+        step = eta_Z * f * (g - f * (f @ g))
+        Z[m] += step
+        dz[s] = step
+        if (s + 1) % record_every == 0:
+            rec_steps.append(s + 1)
+            rec_Z.append(Z[queries].copy())
+    return {"Y": Y, "Z": Z, "steps": np.array(rec_steps), "Zs": np.array(rec_Z), "dz": dz, "cls": order,
+            "queries": queries}
+
+
+def _class_attention(classes, Z, n):
+    P = classes.P[n]
+    sup = P > 0
+    logit = Z[classes.psi[n]]
+    mx = logit[sup].max()
+    c = np.where(sup, P * np.exp(np.where(sup, logit - mx, 0.0)), 0.0)
+    return c / c.sum()
+
+
+def decoder_run(M: int, eta_Y: float, steps: int, f: np.ndarray, label: int = 0):
+    """Lemma 5: Y(0) = 0, fixed unit attention f (Z fixed), next token ``label`` every step:
+    ``Y += eta_Y f (e_label - alpha)^T`` with alpha = softmax(Y^T f).
+
+    Returns (w (steps + 1, M): the rows w_n(s) = Y(s)^T f, alpha (steps, M): alpha_n(s) used at
+    step s = 1..steps).
+    """
+    f = np.asarray(f, dtype=np.float64)
+    Y = np.zeros((f.size, M))
+    ws, alphas = [np.zeros(M)], []
+    for _ in range(steps):
+        alpha = _softmax(Y.T @ f)
+        err = -alpha
+        err[label] += 1.0
+        Y += eta_Y * np.outer(f, err)
+        ws.append(Y.T @ f)
+        alphas.append(alpha)
+    return np.array(ws), np.array(alphas)
+
+
+def dt_entropy(c: np.ndarray, classes: SequenceClasses) -> np.ndarray:
+    """Entropy of c_n restricted to G_DT(n) and renormalised, per class (K,) (the Fig. 4/6 statistic)."""
+    mask = classes.distinct
+    q = np.where(mask, c, 0.0)
+    q = q / q.sum(1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.where(mask & (q > 0), q * np.log(q), 0.0).sum(1)
+
+
+# -- torch: the 1-layer transformer --------------------------------------------------------------
+if nn is not None:
+
+    class OneLayerTransformer(nn.Module):
+        """1-layer transformer of §1.2: embedding U (M x d), softmax self-attention of the query on
+        the contextual tokens with separate W_Q, W_K (d x d), the l2-normalised attention output
+        ``u~ = U^T LN(X^T b)``, value/decoder ``logits_k = u_k^T W_V u~`` (decoder tied to U), no
+        residual, no positional encoding.
+
+        Parameters
+        ----------
+        M, d : int
+            Vocabulary size and embedding dimension (d >= M gives orthonormal embeddings, for
+            which Y = U W_V^T U^T and Z = U W_Q W_K^T U^T / sqrt(d) are free matrices).
+        init : {"zero", "random"}
+            ``zero``: W_V = 0 and W_K = 0 (so Y(0) = Z(0) = 0) with W_Q = sqrt(d) I (so that
+            Z = U W_K^T U^T moves at first order; W_Q = W_K = 0 would be a saddle); ``random``:
+            the ``nn.Linear`` default (uniform +-1/sqrt(d)) for W_Q, W_K, W_V.
+        train_embedding : bool
+            Whether U is trained (with the decoder's learning rate); default False (the paper's
+            analysis holds U fixed).
+        generator : torch.Generator
+        """
+
+        def __init__(self, M: int, d: int | None = None, init: str = "zero", train_embedding: bool = False,
+                     generator=None):
+            super().__init__()
+            d = M if d is None else d
+            if d < 1 or M < 2:
+                raise ValueError(f"M: need M >= 2 and d >= 1, got M = {M}, d = {d}")
+            if init not in ("zero", "random"):
+                raise ValueError(f"init: expected 'zero' or 'random', got {init!r}")
+            self.M, self.d = M, d
+            A = torch.randn(max(M, d), max(M, d), generator=generator, dtype=torch.float64)
+            Q, _ = torch.linalg.qr(A)
+            U = Q[:M, :d].contiguous()
+            if d < M:
+                U = U / U.norm(dim=1, keepdim=True)
+            self.U = nn.Parameter(U, requires_grad=train_embedding)
+            if init == "zero":
+                self.W_Q = nn.Parameter(math.sqrt(d) * torch.eye(d, dtype=torch.float64))
+                self.W_K = nn.Parameter(torch.zeros(d, d, dtype=torch.float64))
+                self.W_V = nn.Parameter(torch.zeros(d, d, dtype=torch.float64))
+            else:
+                b = 1.0 / math.sqrt(d)
+                self.W_Q, self.W_K, self.W_V = (
+                    nn.Parameter((2 * torch.rand(d, d, generator=generator, dtype=torch.float64) - 1) * b)
+                    for _ in range(3))
+
+        def attention(self, context, query):
+            """b (B, T-1): softmax_t(u_q^T W_Q W_K^T u_t / sqrt d) over the contextual tokens."""
+            uq = self.U[query] @ self.W_Q  # (B, d)
+            uk = self.U[context] @ self.W_K  # (B, T-1, d)
+            scores = torch.einsum("bd,btd->bt", uq, uk) / math.sqrt(self.d)
+            return torch.softmax(scores, dim=-1)
+
+        def forward(self, context, query):
+            """Decoder logits (B, M) and the attention b (B, T-1)."""
+            b = self.attention(context, query)
+            xb = torch.zeros(context.shape[0], self.M, dtype=b.dtype).scatter_add(1, context, b)  # X^T b
+            ln = xb / xb.norm(dim=1, keepdim=True)
+            u = ln @ self.U  # U^T LN(X^T b)
+            logits = (u @ self.W_V.T) @ self.U.T  # u_k^T W_V u~
+            return logits, b
+
+        def logit_matrices(self):
+            """(Y, Z) = (U W_V^T U^T, U W_Q W_K^T U^T / sqrt d) as numpy arrays."""
+            with torch.no_grad():
+                Y = self.U @ self.W_V.T @ self.U.T
+                Z = self.U @ self.W_Q @ self.W_K.T @ self.U.T / math.sqrt(self.d)
+            return Y.numpy().copy(), Z.numpy().copy()
+
+        def decoder_parameters(self):
+            return [self.W_V] + ([self.U] if self.U.requires_grad else [])
+
+        def attention_parameters(self):
+            return [self.W_Q, self.W_K]
+
+    def train_transformer(model, classes: SequenceClasses, *, eta_Y: float, eta_Z: float, steps: int,
+                          batch: int = 128, T: int = 128, momentum: float = 0.9, generator=None,
+                          record_every: int = 1):
+        """SGD on the batch-mean cross-entropy with two optimisers (decoder eta_Y, attention eta_Z),
+        the authors' synthetic protocol (batch 128, T = 128, momentum 0.9). Fresh sequences each step.
+
+        Returns a dict with ``steps`` (recorded), ``loss`` (per step), ``c`` (recorded long-sequence
+        attention c_n from the current Z, (R, K, M)).
+        """
+        opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eta_Y, momentum=momentum)
+        opt_z = torch.optim.SGD(model.attention_parameters(), lr=eta_Z, momentum=momentum)
+        losses, rec_steps, cs = [], [0], [classes.attention(model.logit_matrices()[1])]
+        for s in range(steps):
+            context, query, label, _ = classes.sample(batch, T, generator)
+            logits, _ = model(context, query)
+            loss = nn.functional.cross_entropy(logits, label)
+            opt_y.zero_grad()
+            opt_z.zero_grad()
+            loss.backward()
+            opt_y.step()
+            opt_z.step()
+            losses.append(loss.item())
+            if (s + 1) % record_every == 0:
+                rec_steps.append(s + 1)
+                cs.append(classes.attention(model.logit_matrices()[1]))
+        return {"steps": np.array(rec_steps), "loss": np.array(losses), "c": np.array(cs)}
