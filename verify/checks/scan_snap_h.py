@@ -375,5 +375,33 @@ def asymptotics(ctx):
                   "form is held to the same allowance at the same points (control)",
         controls=[Control("Theorem 1(b) printed K ln(eta_Y t/K)/(eta_Y t) at 1e4, 1e6 t_0 (scaled error)",
                           ctrl_printed, 1.0)],
-        details=details,
+        details=details, figures=_gamma_figure(),
     )
+
+
+def _gamma_figure(M: int = 1000, K: int = 1, eta: float = 1.0) -> dict:
+    """gamma(t) with its two stages and the time scales (one figure for the report)."""
+    kw = dict(M=M, K=K, eta_Y=eta)
+    tp, t0 = _cf("scan_snap.speed.scan_time", **kw), _cf("scan_snap.speed.snap_time", **kw)
+    t = np.geomspace(1e-3 * tp, 1e4 * t0, 300)
+    g = np.array([_cf("scan_snap.speed.gamma", t=x, **kw) for x in t])
+    lin = np.array([_cf("scan_snap.speed.gamma_linear", t=x, **kw) for x in t])
+    late = t >= tp
+    lg = np.array([_cf("scan_snap.speed.gamma_log", t=x, **kw) for x in t[late]])
+    lg_p = np.array([_cf("scan_snap.speed.gamma_log", t=x, printed=True, **kw) for x in t[late]])
+    early = t <= 2 * t0
+    top = float(g.max()) * 3
+    return {"gamma": {
+        "kind": "lines", "xscale": "log", "yscale": "log", "xlabel": "t (batch-1 steps)",
+        "ylabel": "speed coefficient gamma(t)",
+        "title": f"gamma(t), M = {M}, K = {K}, eta_Y = {eta}: scanning (linear) then snapping "
+                 f"(t_0' = {tp:.3g}, t_0 = {t0:.3g})",
+        "series": [{"label": "gamma(t) exact (h from eq. 45)", "x": t.tolist(), "y": g.tolist(), "color": "k"},
+                   {"label": "linear stage ((M-1)/M)^2 eta_Y t / K", "x": t[early].tolist(),
+                    "y": lin[early].tolist(), "style": "--"},
+                   {"label": "log stage, Lemma 9: K ln(M eta_Y t/K)/(eta_Y t)", "x": t[late].tolist(),
+                    "y": lg.tolist(), "style": "--"},
+                   {"label": "Theorem 1(b) as printed: K ln(eta_Y t/K)/(eta_Y t)", "x": t[late].tolist(),
+                    "y": np.clip(lg_p, 1e-12, None).tolist(), "style": ":"},
+                   {"label": "t_0' and t_0", "x": [tp, tp, np.nan, t0, t0],
+                    "y": [1e-3, top, np.nan, 1e-3, top], "style": ":", "color": "0.5"}]}}
