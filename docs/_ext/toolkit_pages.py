@@ -128,6 +128,8 @@ def _on_builder_inited(app) -> None:
     generate(Path(app.srcdir))
 
 
+#: Module-docstring sections written as aligned two-column tables (rendered as literal blocks).
+_TABLES = ("Contains", "Contents", "Modules", "Commands")
 _UNDERLINE = re.compile(r"^\s*([-=~^])\1{2,}\s*$")
 
 
@@ -143,7 +145,16 @@ def plain_text_docstring(lines: list[str]) -> None:
         nxt = lines[i + 1] if i + 1 < len(lines) else ""
         if lines[i].strip() and _UNDERLINE.match(nxt) and len(nxt.strip()) >= len(lines[i].strip()):
             indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
-            lines[i: i + 2] = [f"{indent}.. rubric:: {lines[i].strip()}", ""]
+            title = lines[i].strip()
+            lines[i: i + 2] = [f"{indent}.. rubric:: {title}", ""]
+            if title in _TABLES:  # an aligned "name   description" table: keep it as typed
+                j = i + 2
+                while j < len(lines) and not lines[j].strip():
+                    j += 1
+                k = j
+                while k < len(lines) and lines[k].strip():
+                    k += 1
+                lines[j:k] = [f"{indent}::", ""] + [f"{indent}    {x[len(indent):]}" for x in lines[j:k]]
         i += 1
     for k, line in enumerate(lines):
         if "|" in line:

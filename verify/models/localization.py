@@ -178,11 +178,12 @@ def qk_gradient(X, y, W_QK, W_V, W_F, temperature, form: str = "corrected", term
 
 
 def qk_gradient_expansion(X, y, W_QK, W_V, W_F, temperature):
-    """The index sums (19), (20), (21) of App. B.1 per sample, each ``(B, d, d)``.
+    """The index sums (19), (20), (21) of App. B.1 per sample, each ``(B, d, d)``::
 
-    (19) ``l^-2 sum_{i,j,alpha,beta} g^i_alpha g^j_beta (x_i^T P' x_j)(x_beta^T W_QK x_T) x_alpha x_T^T``,
-    (20) ``l^-1 sum_{i,alpha,beta} g^i_alpha g^beta_0 (x_i^T P' x_beta) x_alpha x_T^T``,
-    (21) ``l^-1 sum_{i,alpha} g^i_alpha {x_i^T W_V^T W_F^T (W_F x_T - y)} x_alpha x_T^T``,
+        (19) l^-2 sum_{i,j,alpha,beta} g^i_alpha g^j_beta (x_i^T P' x_j)(x_beta^T W_QK x_T) x_alpha x_T^T
+        (20) l^-1 sum_{i,alpha,beta} g^i_alpha g^beta_0 (x_i^T P' x_beta) x_alpha x_T^T
+        (21) l^-1 sum_{i,alpha} g^i_alpha {x_i^T W_V^T W_F^T (W_F x_T - y)} x_alpha x_T^T
+
     with ``P' = W_V^T W_F^T W_F W_V``; the sums are spelled out index by index (einsum).
     """
     X, y, W_QK, W_V, W_F, lam = _inputs(X, y, W_QK, W_V, W_F, temperature)
