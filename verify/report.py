@@ -45,7 +45,7 @@ import textwrap
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["write_report", "metadata", "render_figure", "group_of", "status_of"]
+__all__ = ["write_report", "metadata", "render_figure", "group_of", "paper_heading", "status_of"]
 
 _PACKAGES = ("numpy", "scipy", "sympy", "mpmath", "torch", "matplotlib")
 
@@ -93,6 +93,17 @@ def status_of(res) -> str:
     if isinstance(res.details, dict) and res.details.get("skipped"):
         return "skipped"
     return "passed" if res.passed else "failed"
+
+
+def paper_heading(check_id: str) -> str:
+    """The report section of a check: its paper (one table per paper), else its topic."""
+    try:
+        from theory.papers import paper_of
+
+        p = paper_of(check_id)
+    except (ImportError, ValueError):
+        return group_of(check_id)
+    return f"{p.cite}: {p.title}"
 
 
 def group_of(check_id: str) -> str:
@@ -262,8 +273,15 @@ def _markdown(results, statuses, meta, summary, figures, figure_notes) -> str:
         add("")
 
     groups: dict[str, list] = {}
-    for r, st in zip(results, statuses):
-        groups.setdefault(group_of(r.id), []).append((r, st))
+    try:
+        from theory.papers import PAPERS
+
+        order = {t: k for k, t in enumerate(PAPERS)}
+    except ImportError:
+        order = {}
+    for r, st in sorted(zip(results, statuses),
+                        key=lambda x: (order.get(x[0].id.split(".")[0], len(order)), x[0].id)):
+        groups.setdefault(paper_heading(r.id), []).append((r, st))
 
     for group, items in groups.items():
         n_pass = sum(st == "passed" for _, st in items)
@@ -362,6 +380,19 @@ def _errata_section(results, statuses) -> list[str]:
         for cid in not_run:
             L.append(f"- `{cid}`: not run")
         L.append("")
+    refuting = [c for c in registered if c.refutes]
+    if refuting:
+        L += ["Statements that are not registered formulas (an identity between computations, a "
+              "gradient over token matrices), refuted as printed by a check:", ""]
+    for c in refuting:
+        for where, what in c.refutes:
+            L += [f"### {where}", "", textwrap.fill(" ".join(what.split()), 100), ""]
+            if c.id in by_id:
+                r, st = by_id[c.id]
+                L += [f"Decided by [`{c.id}`](#{_anchor(c.id)}): **{st}** (discrepancy "
+                      f"{_fmt(r.discrepancy)} vs tolerance {_fmt(r.tolerance)})", ""]
+            else:
+                L += [f"Decided by `{c.id}`: not run", ""]
     return L
 
 
