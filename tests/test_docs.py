@@ -39,9 +39,12 @@ def test_every_module_has_an_api_page():
 
 
 def test_docstring_filter_escapes_bars_outside_literals_and_turns_headings_into_rubrics():
-    lines = ["Contains", "--------", "a |x| b ``|y|`` c"]
+    lines = ["Notes", "-----", "a |x| b ``|y|`` c"]
     toolkit_pages.plain_text_docstring(lines)
-    assert lines == [".. rubric:: Contains", "", r"a \|x\| b ``|y|`` c"]
+    assert lines == [".. rubric:: Notes", "", r"a \|x\| b ``|y|`` c"]
+    table = ["Contains", "--------", "f   does this", "    and that", "", "Text."]
+    toolkit_pages.plain_text_docstring(table)
+    assert table == [".. rubric:: Contains", "", "::", "", "    f   does this", "        and that", "", "Text."]
 
 
 def test_every_erratum_has_a_deciding_check():

@@ -78,6 +78,8 @@ def _draw(r, rng) -> dict:
             out[n] = float(rng.uniform(0, 20))
         elif n == "w_init":
             out[n] = float(np.exp(rng.uniform(np.log(1e-8), 0)))
+        elif n == "h":  # Scan and Snap's h ~ ln(M eta_Y t)/M: M h stays below ~40 for t <= 1e9
+            out[n] = float(np.exp(rng.uniform(np.log(1e-4), np.log(0.04))))
         elif n == "trLambda":
             out[n] = float(rng.uniform(1, 10))
         else:
