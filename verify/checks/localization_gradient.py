@@ -28,23 +28,9 @@ import numpy as np
 
 import theory
 from verify.check import Control, Outcome, check
+from verify.tasks.random_walk import anisotropic_covariance, sample_walks
 
 TOL_GRAD = 1e-9
-
-
-def _random_walk(rng, batch, d, T, chol=None):
-    """Tokens x_1..x_T (columns; x_1 ~ N(0, Sigma), x_{t+1} ~ N(x_t, Sigma)), shape (batch, d, T)."""
-    z = rng.standard_normal((batch, d, T))
-    if chol is not None:
-        z = np.einsum("de,bet->bdt", chol, z)
-    return np.cumsum(z, axis=2)
-
-
-def _aniso_sigma(rng, d):
-    """The paper's anisotropic covariance R^T R / d with R_ab ~ U(-2.5, 2.5) (Sec. 5)."""
-    R = rng.uniform(-2.5, 2.5, size=(d, d))
-    S = R.T @ R / d
-    return 0.5 * (S + S.T)
 
 
 def _rel(a, b):
@@ -73,8 +59,8 @@ def eq3_autograd(ctx):
     rel_c, rel_p, rel_t, rel_exp, fractions = [], [], [], [], []
     kept = 0
     for _ in range(instances):
-        Sigma = _aniso_sigma(rng, d)
-        walk = _random_walk(rng, per, d, T + 1, np.linalg.cholesky(Sigma))
+        Sigma = anisotropic_covariance(rng, d)
+        walk = sample_walks(rng, Sigma, T + 1, per)
         X, y = walk[:, :, :T], walk[:, :, T]
         W_QK = rng.standard_normal((d, d)) * rng.uniform(0.2, 1.0)
         W_V = rng.standard_normal((d, d)) / np.sqrt(d)
@@ -169,7 +155,7 @@ def _draws(rng, n):
     """n random (d, Sigma, symmetric W_QK): d in 2..16, anisotropic Sigma, eigenvalues N(m, s^2)."""
     for _ in range(n):
         d = int(rng.integers(2, 17))
-        Sigma = _aniso_sigma(rng, d) + 1e-3 * np.eye(d)
+        Sigma = anisotropic_covariance(rng, d) + 1e-3 * np.eye(d)
         eigs = rng.normal(rng.uniform(-1, 1), rng.uniform(0.05, 1.0), size=d)
         yield d, Sigma, _symmetric_with_spectrum(rng, eigs)
 
