@@ -517,7 +517,9 @@ def _heatmaps(spec: dict, Figure):
             ax.set_axis_off()
             continue
         m = mats[k]
-        im = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+        # square cells for matrices; long thin maps (e.g. a quantity over training) fill the panel
+        aspect = "auto" if max(m.shape) > 3 * min(m.shape) else "equal"
+        im = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest", aspect=aspect)
         ax.set_title(_title(panels[k].get("label", "")), fontsize=10)
         if m.shape[0] <= 10 and m.shape[1] <= 10:
             ax.set_xticks(range(m.shape[1]))

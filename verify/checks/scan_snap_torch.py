@@ -135,8 +135,8 @@ def scan_and_snap(ctx):
                       "freeze / t_0": tf / t0[n],
                       "t_0 at the momentum-amplified eta_Y/(1 - 0.9)": t0_mom[n], "freeze / that t_0": tf / t0_mom[n]}
     frozen_failed = [k for k, v in cf.items() if not v]
-    heat = [{"label": f"c_1 over training, {n} (rows: iteration; cols: token)",
-             "matrix": runs[n]["c"][:, 0, :30].tolist()} for n in ("eta_Y=1", "eta_Y=10")]
+    heat = [{"label": f"{n}: rows token, columns iteration",
+             "matrix": runs[n]["c"][:, 0, :30].T.tolist()} for n in ("eta_Y=1", "eta_Y=10")]
     figures = {
         "attention_map": {"kind": "heatmaps", "title": "Long-sequence attention c_1 over training (Syn-Small; "
                           "tokens 0-9 common, 10-19 distinct to class 1)", "panels": heat},
