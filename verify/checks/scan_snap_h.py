@@ -152,8 +152,29 @@ def regimes(ctx):
                   "eta_Y = 0.1..5",
         controls=[Control("linear form with M - 1 in place of M", lin_ctrl, 1.0),
                   Control("log form without M inside the log (Theorem 1(b)'s ln(eta_Y t))", log_ctrl, 1.0)],
-        details=details,
+        details=details, figures=_h_figure(),
     )
+
+
+def _h_figure(M: int = 1000, eta: float = 0.5, S: int = 100_000) -> dict:
+    """h*(s) (eq. 33) and h(t) (eq. 45) with the linear and logarithmic regimes (for the report)."""
+    hs = trajectory(S, M, eta)
+    s = np.unique(np.geomspace(1, S, 200).astype(int))
+    t = np.geomspace(1e-2, S, 300)
+    h = _h(t, M, eta)
+    tA = _cf("scan_snap.speed.scan_end", M=M, K=1, eta_Y=eta)
+    early, late = t <= 3 * tA, t >= tA / 3
+    return {"h": {
+        "kind": "lines", "xscale": "log", "yscale": "log", "xlabel": "s (steps) / t",
+        "ylabel": "h", "title": f"h*(s) (eq. 33) and h(t) (eq. 45), M = {M}, eta_Y = {eta}: "
+                                f"linear, then logarithmic (t_A = {tA:.3g})",
+        "series": [{"label": "h*(s), recursion eq. 33", "x": s.tolist(), "y": hs[s].tolist(), "style": "o",
+                    "color": "k"},
+                   {"label": "h(t), continuous eq. 45", "x": t.tolist(), "y": h.tolist()},
+                   {"label": "linear regime eta_Y t / M", "x": t[early].tolist(),
+                    "y": (eta * t[early] / M).tolist(), "style": "--"},
+                   {"label": "logarithmic regime ln(M eta_Y t)/M", "x": t[late].tolist(),
+                    "y": (np.log(M * eta * t[late]) / M).tolist(), "style": "--"}]}}
 
 
 # =====================================================================================
