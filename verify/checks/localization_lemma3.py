@@ -42,8 +42,6 @@ def _max_abs_z(est, predicted) -> float:
        method="monte_carlo",
        title="Monte Carlo of Lemma 3: E[x^T W x], E[x x^T], E[a^T W x x^T W x], E[(x^T W x)^2] for x ~ N(mu, Sigma)")
 def mc_moments(ctx):
-    import theory.localization.lemma3  # noqa: F401  (registers the records; also a registry topic)
-
     rng = ctx.rng
     d = len(EIGENVALUES)
     Sigma = random_covariance(rng, EIGENVALUES)
