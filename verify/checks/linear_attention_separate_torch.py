@@ -211,6 +211,9 @@ class TrainingSetting:
     #: 1 = the first draw or an error. The quick profile allows redraws so that its budget holds
     #: for every seed; the comparison torch vs flow is always on the same start.
     max_draws: int = 1
+    #: precision of the layer and of the sampled tokens ("float64" or "float32"); the logged
+    #: population loss is always evaluated in float64 from the layer's effective matrix
+    dtype: str = "float64"
 
 
 #: Quick profile: D = H = 3, R = 1 (about 3000 steps for seed 0; the cap is ~7x that; batch
@@ -218,10 +221,13 @@ class TrainingSetting:
 QUICK_TRAINING = TrainingSetting("D=3, N=15, H=3, lambda ~ (3, 2, 1), trace 1", D=3, N=15, H=3,
                                  ranks=(1,), eig=(3.0, 2.0, 1.0), w_init=5e-2, eta=0.5, batch=2000,
                                  log_every=1, max_steps=20_000, max_draws=5)
-#: Full profile, the Fig.-4 setting (R = 1 needs ~2.7e5 steps for seed 0; the cap is ~7x that).
+#: Full profile, the Fig.-4 setting (seed 0: R = 1, 2, 4, 8 need about 3.4e5, 1.1e5, 4.3e4,
+#: 4.1e3 steps; the cap is ~6x the longest). float32: SGD noise (batch 4000) is ~1e4 times
+#: float32 round-off, and float32 Gaussian sampling is ~5x faster than float64 on a CPU.
 FULL_TRAINING = TrainingSetting("Fig. 4: D=8, N=31, H=9, lambda_d ~ 1/d, trace 1", D=8, N=31, H=9,
                                 ranks=(1, 2, 4, 8), eig=tuple(1.0 / np.arange(1, 9)), w_init=2e-2,
-                                eta=0.5, batch=4000, log_every=20, max_steps=2_000_000)
+                                eta=0.5, batch=4000, log_every=20, max_steps=2_000_000,
+                                dtype="float32")
 #: Environment variable selecting the ranks of the full profile, e.g. ``8`` or ``4,2``
 #: (one rank per command keeps each under a 10-minute limit on a GPU); default all ranks.
 #: Each rank's start is drawn from its own stream, so a rank run alone reproduces the same
@@ -306,7 +312,7 @@ def torch_training(ctx):
     under the cap are redrawn (at most 4 times, reported).
     Full profile (:data:`FULL_TRAINING`): the Fig.-4 setting ``D = 8``, ``N = 31``, ``H = 9``,
     ``R`` in (1, 2, 4, 8), ``lambda_d`` proportional to ``1/d`` with trace 1 (random
-    eigenvectors), ``w_init = 0.02``, ``eta = 0.5``, batch 4000, on ``ctx.device``. The
+    eigenvectors), ``w_init = 0.02``, ``eta = 0.5``, batch 4000, float32, on ``ctx.device``. The
     environment variable ``ATTN_S_TORCH_RANKS`` (e.g. ``8``) selects ranks, so that each
     rank can run as its own command, e.g.
     ``ATTN_S_TORCH_RANKS=8 python -m verify linear_attention.separate.torch_training
@@ -324,6 +330,8 @@ def torch_training(ctx):
 
 def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
     """The body of :func:`torch_training` for one setting and a subset of its ranks."""
+    import torch
+
     from verify.flows import separate as fs
     from verify.models.linear_attention import train_online_sgd
     from verify.models.linear_attention_separate import SeparateLinearAttention
@@ -335,6 +343,9 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
     D, N, H = setting.D, setting.N, setting.H
     w_init, eta, batch, log_every = setting.w_init, setting.eta, setting.batch, setting.log_every
     max_steps = setting.max_steps
+    if setting.dtype not in ("float64", "float32"):
+        raise ValueError(f"setting.dtype: expected 'float64' or 'float32', got {setting.dtype!r}")
+    dtype = getattr(torch, setting.dtype)
     eig = np.asarray(setting.eig, dtype=np.float64)
     eig = eig / eig.sum()
     Lam = random_covariance(ctx.rng, eig)
@@ -361,7 +372,8 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
         redraws[R] = draw
         steps = int(np.ceil(RUN_PAST_LAST_DROP * t_last / (2.0 * eta)))
         gen = ctx.torch_generator(device)
-        att = SeparateLinearAttention(D, H, R, N, device=device).init_(gen, w_init).load_(v0, k0, q0)
+        att = SeparateLinearAttention(D, H, R, N, device=device, dtype=dtype)
+        att.init_(gen, w_init).load_(v0, k0, q0)
         run = train_online_sgd(att, Lam, N, eta=eta, steps=steps, batch=batch, generator=gen,
                                device=device, log_every=log_every, iterate=ctx.iterate)
         flow = fs.integrate(Lam, N, v0, k0, q0, t_eval=run.t, method="LSODA", dense=True)
@@ -441,6 +453,7 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
             "setting": setting.name, "D": D, "N": N, "H": H, "ranks": list(ranks),
             "ranks of the setting": list(setting.ranks), "w_init": w_init,
             "eta": eta, "batch": batch, "log_every": log_every, "max_steps (safety cap)": max_steps,
+            "dtype": setting.dtype,
             "redrawn_starts_per_rank (staircase beyond the cap)": redraws,
             "run length": f"{RUN_PAST_LAST_DROP} x the exact flow's last drop time",
             "device": str(device), "parts": parts,

@@ -128,13 +128,25 @@ class SeparateLinearAttention(nn.Module):
         """``yhat = ATTN_S(X)[D, N]``, the bottom-right entry (eq. 3); shape (B,).
 
         Evaluates only the query column of :meth:`forward`'s expression (same function,
-        same gradients, less work).
+        same gradients, less work). The linear layer contracts
+        ``(1/rho) sum_i w_i^T (X X^T) W^K_i^T W^Q_i x_q`` (``w_i = W^V_i[D, :]``) as
+        ``(1/rho) sum_{c,d,e} (X X^T)_{cd} T_{cde} x_{q,e}`` with the parameter tensor
+        ``T_{cde} = sum_{i,r} w_{i,c} (k_ir)_d (q_ir)_e`` (all D+1 entries of every
+        row): one Gram matrix per sequence and one matrix product per batch, whatever
+        ``N``, ``H`` and ``R``. The softmax layer needs every score
+        ``x_n^T W^K_i^T W^Q_i x_q``.
         """
         X = _as_tokens(X, self.D)
-        q = torch.einsum("hrc,bc->bhr", self.WQ, X[:, :, -1])       # W^Q_i x_q-token
-        keys = torch.einsum("hrc,bcn->bhrn", self.WK, X)
-        scores = torch.einsum("bhrn,bhr->bhn", keys, q)             # (B, H, N+1)
-        vals = torch.einsum("hc,bcn->bhn", self.WV[:, self.D, :], X)  # row D of W^V_i X
+        x_q = X[:, :, -1]
+        w = self.WV[:, self.D, :]                                     # row D of each W^V_i
+        d = self.D + 1
+        if not self.softmax:
+            T = torch.einsum("hc,hrd,hre->cde", w, self.WK, self.WQ).reshape(d * d, d)
+            gram = (X @ X.transpose(1, 2)).reshape(X.shape[0], d * d)  # X X^T, (B, (D+1)^2)
+            return X[:, self.D, -1] + ((gram @ T) * x_q).sum(-1) / self.rho
+        kq = torch.einsum("hrc,hrd,bd->bhc", self.WK, self.WQ, x_q)  # W^K_i^T W^Q_i x_q
+        scores = torch.einsum("bhc,bcn->bhn", kq, X)                  # (B, H, N+1)
+        vals = torch.einsum("hc,bcn->bhn", w, X)                      # row D of W^V_i X
         return X[:, self.D, -1] + (vals * self._weights(scores.unsqueeze(-1)).squeeze(-1)).sum((1, 2))
 
     # -- blocks -------------------------------------------------------------------------
