@@ -67,6 +67,23 @@ def test_forward_shape_and_full_matrix_vs_numpy(softmax):
     assert np.allclose(pred.numpy(), ref[:, D, N], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("softmax", [False, True])
+def test_predict_gradients_equal_the_full_forward(softmax):
+    # predict contracts in another order (the token Gram matrix first for the linear layer):
+    # the same function of every weight entry, so the same gradients
+    D, H, R, N = 3, 2, 2, 5
+    X, y, _ = sample_tokens(LAM3, N, 6, generator=gen(4))
+    grads = []
+    for use_predict in (True, False):
+        m = random_model(D, H, R, N, zero_blocks=False, softmax=softmax)
+        yhat = m.predict(X) if use_predict else m(X)[:, D, N]
+        torch.mean((y - yhat) ** 2).backward()
+        grads.append(torch.cat([p.grad.ravel() for p in (m.WV, m.WK, m.WQ)]).numpy())
+    scale = np.abs(grads[1]).max()
+    assert scale > 0
+    np.testing.assert_allclose(grads[0], grads[1], rtol=0, atol=1e-12 * scale)
+
+
 def test_forward_equals_beta_M_xq_with_zero_blocks():
     D, H, R, N = 3, 3, 2, 6
     m = random_model(D, H, R, N)

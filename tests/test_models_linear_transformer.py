@@ -182,3 +182,18 @@ def test_same_seed_same_weights():
     assert not np.allclose(w1, w3)
     assert r1.lr[-1] == pytest.approx(0.01 / 16)        # halved at steps 5, 10, 15, 20
     assert r1.A_log.shape == (5, 2, 3, 3)
+
+
+def test_train_adam_in_the_models_precision():
+    # prompts are sampled in the model's dtype: a float32 model trains (it used to fail on a
+    # float64 prompt batch) and moves towards the optimum like the float64 one
+    Sigma = np.diag([1.0, 0.5, 0.2])
+    out = {}
+    for dtype in (torch.float32, torch.float64):
+        g = torch.Generator().manual_seed(0)
+        m = lt.LinearTransformer(3, 1, "sparse", dtype=dtype).init_(g, 1e-3)
+        r = lt.train_adam(m, Sigma, 6, steps=200, batch=256, lr=0.05, generator=g, log_every=50)
+        assert next(m.parameters()).dtype == dtype
+        out[dtype] = r.batch_loss[-1]
+    assert np.isfinite(out[torch.float32])
+    assert out[torch.float32] < 0.8 * 3.0            # below E y^2 = d at A = 0

@@ -683,7 +683,8 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
     if device.type != generator.device.type:
         raise ValueError(f"generator: on {generator.device}, but device is {device}")
     model.to(device)
-    chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=torch.float64, device=device)
+    dtype = next(model.parameters()).dtype                  # prompts in the model's precision
+    chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
     opt_cls = torch.optim.AdamW if optimizer == "adamw" else torch.optim.Adam
     opt = opt_cls(model.parameters(), lr=lr, betas=(b1, b2), weight_decay=weight_decay)
     sched = (torch.optim.lr_scheduler.StepLR(opt, step_size=halve_every, gamma=0.5)
