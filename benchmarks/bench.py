@@ -59,7 +59,7 @@ RECORDS = {
 RHS_DIMS = (8, 16, 32, 64, 128)
 RHS_HEADS = 8
 #: Fig.-4 setting (the full profile of ``linear_attention.separate.torch_training``).
-FIG4 = {"D": 8, "N": 31, "H": 9, "w_init": 2e-2, "eta": 0.5, "batch": 4000}
+FIG4 = {"D": 8, "N": 31, "H": 9, "w_init": 2e-2, "eta": 0.5, "batch": 4000, "dtype": "float32"}
 FIG4_ALL_RANKS = (1, 2, 4, 8)
 
 
@@ -241,6 +241,7 @@ def bench_fig4(ranks=(1,), seed: int = 0, steps: int = 200, batch: int = FIG4["b
     saddle = theory.get("linear_attention.separate.saddle_loss")
     levels = np.array([float(saddle(Lambda=Lam, N=N, m=m)) for m in range(D + 1)])
     out = {"D": D, "N": N, "H": H, "w_init": w_init, "eta": eta, "batch": batch,
+           "dtype": FIG4["dtype"],
            "torch_steps_timed": steps, "seed": seed, "device": device, "per_rank": {}}
     for R in ranks:
         v0, k0, q0 = fs.init_separate(rng, H, R, D, w_init)
@@ -264,7 +265,8 @@ def bench_fig4(ranks=(1,), seed: int = 0, steps: int = 200, batch: int = FIG4["b
 
             gen = torch.Generator(device=device)
             gen.manual_seed(seed)
-            att = SeparateLinearAttention(D, H, R, N, device=device).init_(gen, w_init)
+            att = SeparateLinearAttention(D, H, R, N, device=device,
+                                          dtype=getattr(torch, FIG4["dtype"])).init_(gen, w_init)
             att.load_(v0, k0, q0)
             kw = {"eta": eta, "batch": batch, "generator": gen, "device": device, "log_every": 20}
             train_online_sgd(att, Lam, N, steps=5, **kw)          # warm-up
