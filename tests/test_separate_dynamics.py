@@ -126,3 +126,25 @@ def test_torch_training_horizon_cap_is_an_error():
     with pytest.raises(RuntimeError, match="^horizon"):
         run_training(Context("linear_attention.separate.torch_training", profile="full"),
                      _tiny_setting(max_steps=20), ranks=(1,))
+
+
+def test_torch_training_float32_setting_and_bad_dtype():
+    # the full profile trains in float32; the same tiny setting in float32 makes the same
+    # drops (the logged loss is evaluated in float64 from the effective matrix)
+    pytest.importorskip("torch")
+    import dataclasses
+
+    from verify.check import Context
+    from verify.checks.linear_attention_separate_torch import FULL_TRAINING, run_training
+
+    assert FULL_TRAINING.dtype == "float32"
+    cid = "linear_attention.separate.torch_training"
+    tiny32 = dataclasses.replace(_tiny_setting(), dtype="float32")
+    out = run_training(Context(cid, profile="full"), tiny32, ranks=(1,))
+    assert out.details["dtype"] == "float32"
+    r = out.details["per_rank"]["R=1"]
+    assert np.all(np.isfinite(r["drops_torch"]))
+    np.testing.assert_allclose(r["drops_torch"], r["drops_flow"], rtol=0.2)
+    with pytest.raises(ValueError, match="^setting.dtype"):
+        run_training(Context(cid, profile="full"), dataclasses.replace(_tiny_setting(), dtype="half"),
+                     ranks=(1,))
