@@ -6,6 +6,7 @@ At ``builder-inited`` it writes, under ``docs/_generated/`` (not committed):
   source equation, status, parameters, the derived formula in LaTeX (from ``expr``), the
   paper's printed formula where it differs (erratum), and the checks that cover it;
 * ``checks.md``: every check with its method, title and the closed forms it covers;
+* ``full_profile.md``: the archived full-profile runs (:mod:`verify.archive`);
 * ``api/*.md``: one autodoc page per module of ``theory`` and ``verify``.
 
 Files are rewritten only when their text changes, so incremental builds stay incremental.
@@ -117,6 +118,9 @@ def generate(srcdir: Path) -> None:
     for topic in PAPERS:
         _write(out / "papers" / f"{topic}.md", paper_page(topic))
     _write(out / "checks.md", checks_page())
+    from verify.archive import page as full_profile_page
+
+    _write(out / "full_profile.md", full_profile_page())
     mods = modules()
     for m in mods:
         _write(out / "api" / f"{m}.md", api_page(m))

@@ -1,0 +1,208 @@
+"""Archive of full-profile runs: the evidence at the papers' sizes, kept with the project.
+
+The full profile (``python -m verify ... --profile full``) takes minutes to hours per check,
+so its results are not recomputed by the test suite. This module files the records of such
+runs under ``docs/full_profile/`` (one JSON file per check and variant) and renders them as
+the documentation page *Full-profile runs*.
+
+Commands
+--------
+::
+
+    python -m verify linear_attention.separate.torch_training --profile full --report out/
+    python -m verify.archive out/ [--tag R=1] [--to docs/full_profile]
+
+Each record keeps the check's full result (measured, predicted, discrepancy, tolerance,
+criterion, negative controls, details, seconds) and the run's metadata (date, seed,
+device, CPU count, library versions). ``--tag`` names a variant of one check (e.g. the
+rank selected by ``ATTN_S_TORCH_RANKS``); a later run of the same check and tag replaces the
+earlier record. Quick-profile results are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+__all__ = ["ARCHIVE_DIR", "archive", "load", "page"]
+
+#: Where the records live (relative to the repository root).
+ARCHIVE_DIR = Path(__file__).resolve().parent.parent / "docs" / "full_profile"
+_META_KEYS = ("date", "profile", "seed", "device", "cpu_count", "toolkit", "versions")
+_TAG = re.compile(r"^[A-Za-z0-9=,._-]{1,40}$")
+
+
+def _file_name(id: str, tag: str | None) -> str:
+    safe = "" if tag is None else "." + tag.replace("=", "").replace(",", "-")
+    return f"{id}{safe}.json"
+
+
+def archive(report_dir, *, to=ARCHIVE_DIR, tag: str | None = None) -> list[Path]:
+    """File every full-profile result of ``report_dir/results.json`` under ``to``.
+
+    Parameters
+    ----------
+    report_dir : path
+        A report folder written by ``python -m verify ... --profile full --report DIR``.
+    to : path
+        Archive folder (created if missing).
+    tag : str, optional
+        Variant name (letters, digits, ``=,._-``; at most 40 characters), e.g. ``R=1``.
+
+    Returns
+    -------
+    list of Path
+        The files written.
+    """
+    path = Path(report_dir) / "results.json"
+    if not path.is_file():
+        raise ValueError(f"report_dir: no results.json in {report_dir}")
+    if tag is not None and not _TAG.match(tag):
+        raise ValueError(f"tag: expected letters, digits and '=,._-' (at most 40), got {tag!r}")
+    doc = json.loads(path.read_text())
+    meta = doc.get("metadata", {})
+    if meta.get("profile") != "full":
+        raise ValueError(f"report_dir: {report_dir} holds a {meta.get('profile')!r} profile run; "
+                         "only full-profile runs are archived")
+    out_dir = Path(to)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for res in doc.get("results", []):
+        if res.get("status") == "skipped":
+            continue
+        record = {"id": res["id"], "tag": tag,
+                  "metadata": {k: meta[k] for k in _META_KEYS if k in meta},
+                  "result": res}
+        target = out_dir / _file_name(res["id"], tag)
+        target.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+        written.append(target)
+    return written
+
+
+def load(path=ARCHIVE_DIR) -> list[dict]:
+    """Every archived record under ``path``, sorted by check id and tag."""
+    records = [json.loads(p.read_text()) for p in sorted(Path(path).glob("*.json"))]
+    return sorted(records, key=lambda r: (r["id"], r.get("tag") or ""))
+
+
+def _md(text) -> str:
+    """Plain text for a Markdown paragraph or table cell (no emphasis, math or cell breaks)."""
+    return re.sub(r"([\\`*_{}\[\]<>|$#])", r"\\\1", str(text))
+
+
+def _num(x) -> str:
+    if isinstance(x, bool) or x is None:
+        return str(x)
+    if isinstance(x, (int, float)):
+        return f"{x:.4g}" if math.isfinite(x) else str(x)
+    return str(x)
+
+
+def _compact(value):
+    """Round floats to 6 significant digits for display."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _compact(v) for k, v in value.items()}
+    return value
+
+
+def _flat(value) -> bool:
+    scalar = (int, float, str, bool, type(None))
+    return isinstance(value, scalar) or (isinstance(value, list)
+                                         and all(isinstance(v, scalar) for v in value))
+
+
+def _outline(value, indent: int = 0) -> list[str]:
+    """Nested dicts/lists as indented lines; scalars and lists of scalars on one line."""
+    pad = " " * indent
+    if _flat(value):
+        return [pad + json.dumps(_compact(value))]
+    lines = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if _flat(v):
+                lines.append(f"{pad}{k}: {json.dumps(_compact(v))}")
+            else:
+                lines += [f"{pad}{k}:"] + _outline(v, indent + 2)
+        return lines
+    for v in value:
+        sub = _outline(v, indent + 2)
+        lines.append(pad + "- " + sub[0].lstrip())
+        lines += sub[1:]
+    return lines
+
+
+def page(path=ARCHIVE_DIR) -> str:
+    """The Markdown page listing the archived full-profile runs."""
+    from theory.papers import PAPERS
+    from verify.report import paper_heading
+
+    records = load(path)
+    out = ["# Full-profile runs", "",
+           "The full profile runs each check at the papers' sizes (minutes to hours per check, "
+           "so the test suite does not rerun it). These are the recorded runs, filed with "
+           "`python -m verify.archive REPORT_DIR [--tag TAG]`; rerun one with "
+           "`python -m verify <check id> --profile full --seed <seed>`.", ""]
+    if not records:
+        out += ["No full-profile run is archived yet.", ""]
+        return "\n".join(out)
+    topics = [t for t in PAPERS if any(r["id"].split(".", 1)[0] == t for r in records)]
+    for topic in topics:
+        group = [r for r in records if r["id"].split(".", 1)[0] == topic]
+        out += [f"## {paper_heading(group[0]['id'])}", "",
+                "| check | variant | result | discrepancy | tolerance | seconds | device | date |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in group:
+            res, meta = r["result"], r["metadata"]
+            dev = f"{meta.get('device', '?')} ({meta.get('cpu_count', '?')} CPU cores)"
+            out.append(f"| `{r['id']}` | {r.get('tag') or ''} | {res.get('status')} | "
+                       f"{_num(res.get('discrepancy'))} | {_num(res.get('tolerance'))} | "
+                       f"{_num(res.get('seconds'))} | {dev} | {meta.get('date', '?')[:10]} |")
+        out.append("")
+        for r in group:
+            res, meta = r["result"], r["metadata"]
+            head = f"`{r['id']}`" + (f" ({r['tag']})" if r.get("tag") else "")
+            out += [f"### {head}", "", f"{_md(res.get('title', ''))}.", "",
+                    f"Seed {meta.get('seed')}, {meta.get('device')}, torch "
+                    f"{meta.get('versions', {}).get('torch', '-')}, {meta.get('date')}.", "",
+                    f"**Criterion.** {_md(res.get('criterion', ''))}", ""]
+            if res.get("error"):
+                out += [f"**Error.** {_md(res['error'])}", ""]
+            controls = res.get("controls") or []
+            if controls:
+                out += ["| negative control | discrepancy | tolerance | rejected |",
+                        "|---|---|---|---|"]
+                out += [f"| {_md(c['name'])} | {_num(c['discrepancy'])} | {_num(c['tolerance'])} | "
+                        f"{c['rejected']} |" for c in controls]
+                out.append("")
+            shown = {"measured": res.get("measured"), "predicted": res.get("predicted")}
+            out += ["```text", *_outline(shown), "```", ""]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verify.archive",
+                                     description="File full-profile results under docs/full_profile.")
+    parser.add_argument("report_dir", nargs="+", help="report folders (with results.json)")
+    parser.add_argument("--tag", default=None, help="variant name, e.g. R=1")
+    parser.add_argument("--to", default=str(ARCHIVE_DIR), help="archive folder")
+    args = parser.parse_args(argv)
+    try:
+        for d in args.report_dir:
+            for p in archive(d, to=args.to, tag=args.tag):
+                print(p)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
