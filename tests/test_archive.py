@@ -26,11 +26,11 @@ def _report(tmp_path, profile="full", status="passed", name="rep"):
 
 def test_archive_round_trip_and_page(tmp_path):
     to = tmp_path / "arch"
-    written = archive.archive(_report(tmp_path), to=to, tag="R=1")
+    written = archive.archive(_report(tmp_path), to=to, tag="R=1", commit="0123abc")
     assert [p.name for p in written] == ["linear_attention.separate.rank_plateaus.R1.json"]
     (rec,) = archive.load(to)
     assert rec["tag"] == "R=1" and rec["metadata"]["seed"] == 3
-    assert "platform" not in rec["metadata"]
+    assert "platform" not in rec["metadata"] and rec["metadata"]["commit"] == "0123abc"
     text = archive.page(to)
     assert "| `linear_attention.separate.rank_plateaus` | R=1 | passed | 0.5 | 1 | 3 |" in text
     # Markdown-significant characters of free text are escaped (no broken table, no emphasis)
@@ -46,6 +46,8 @@ def test_archive_refuses_quick_runs_and_bad_input(tmp_path):
         archive.archive(_report(tmp_path, profile="quick"), to=tmp_path / "a")
     with pytest.raises(ValueError, match="^report_dir"):
         archive.archive(tmp_path / "missing", to=tmp_path / "a")
+    with pytest.raises(ValueError, match="^commit"):
+        archive.archive(_report(tmp_path, name="r4"), to=tmp_path / "a", commit="HEAD; rm")
     with pytest.raises(ValueError, match="^tag"):
         archive.archive(_report(tmp_path, name="r3"), to=tmp_path / "a", tag="a/b")
     assert archive.page(tmp_path / "empty").endswith("No full-profile run is archived yet.\n")
@@ -56,6 +58,7 @@ def test_filed_records_are_full_profile_runs_of_registered_checks():
     records = archive.load()
     for rec in records:
         res = rec["result"]
+        assert rec["metadata"].get("commit"), rec["id"]      # which code made the record
         assert rec["metadata"]["profile"] == "full" == res["profile"]
         assert rec["id"] == res["id"] and rec["id"] in ids
         # the status agrees with the numbers it was decided from

@@ -1,6 +1,7 @@
 """verify.report.write_report on synthetic results: JSON, Markdown and figures."""
 
 import json
+import re
 
 import pytest
 
@@ -58,6 +59,10 @@ def test_write_report_json_markdown_and_figures(tmp_path):
     assert meta["seed"] == 7 and meta["profile"] == "quick" and meta["device"] == "cpu"
     for lib in ("python", "numpy", "scipy", "sympy", "mpmath"):
         assert lib in meta["versions"]
+    # the source commit when run from a git checkout (None otherwise, e.g. an installed copy)
+    commit = report.source_commit()
+    assert meta["commit"] == commit
+    assert commit is None or re.match(r"^[0-9a-f]{40}(\+dirty)?$", commit)
     assert data["summary"] == {"passed": 1, "failed": 2, "skipped": 1, "seconds": 1.5}
     assert [r["status"] for r in data["results"]] == ["passed", "failed", "failed", "skipped"]
     assert data["results"][2]["discrepancy"] == "nan"  # strict JSON

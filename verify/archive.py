@@ -14,7 +14,7 @@ Commands
 
 Each record keeps the check's full result (measured, predicted, discrepancy, tolerance,
 criterion, negative controls, details, seconds) and the run's metadata (date, seed,
-device, CPU count, library versions). ``--tag`` names a variant of one check (e.g. the
+device, CPU count, git commit, library versions). ``--tag`` names a variant of one check (e.g. the
 rank selected by ``ATTN_S_TORCH_RANKS``); a later run of the same check and tag replaces the
 earlier record. Quick-profile results are refused.
 """
@@ -32,7 +32,9 @@ __all__ = ["ARCHIVE_DIR", "archive", "load", "page"]
 
 #: Where the records live (relative to the repository root).
 ARCHIVE_DIR = Path(__file__).resolve().parent.parent / "docs" / "full_profile"
-_META_KEYS = ("date", "profile", "seed", "device", "cpu_count", "toolkit", "versions")
+_META_KEYS = ("date", "profile", "seed", "device", "cpu_count", "cuda_device", "toolkit",
+              "commit", "versions")
+_COMMIT = re.compile(r"^[0-9a-f]{7,40}(\+dirty)?$")
 _TAG = re.compile(r"^[A-Za-z0-9=,._-]{1,40}$")
 
 
@@ -41,7 +43,8 @@ def _file_name(id: str, tag: str | None) -> str:
     return f"{id}{safe}.json"
 
 
-def archive(report_dir, *, to=ARCHIVE_DIR, tag: str | None = None) -> list[Path]:
+def archive(report_dir, *, to=ARCHIVE_DIR, tag: str | None = None,
+            commit: str | None = None) -> list[Path]:
     """File every full-profile result of ``report_dir/results.json`` under ``to``.
 
     Parameters
@@ -52,6 +55,9 @@ def archive(report_dir, *, to=ARCHIVE_DIR, tag: str | None = None) -> list[Path]
         Archive folder (created if missing).
     tag : str, optional
         Variant name (letters, digits, ``=,._-``; at most 40 characters), e.g. ``R=1``.
+    commit : str, optional
+        The git commit the run was made from; replaces the report's own ``commit`` (for
+        reports written before reports recorded it).
 
     Returns
     -------
@@ -63,8 +69,12 @@ def archive(report_dir, *, to=ARCHIVE_DIR, tag: str | None = None) -> list[Path]
         raise ValueError(f"report_dir: no results.json in {report_dir}")
     if tag is not None and not _TAG.match(tag):
         raise ValueError(f"tag: expected letters, digits and '=,._-' (at most 40), got {tag!r}")
+    if commit is not None and not _COMMIT.match(commit):
+        raise ValueError(f"commit: expected a hexadecimal git commit, got {commit!r}")
     doc = json.loads(path.read_text())
-    meta = doc.get("metadata", {})
+    meta = dict(doc.get("metadata", {}))
+    if commit is not None:
+        meta["commit"] = commit
     if meta.get("profile") != "full":
         raise ValueError(f"report_dir: {report_dir} holds a {meta.get('profile')!r} profile run; "
                          "only full-profile runs are archived")
@@ -171,7 +181,8 @@ def page(path=ARCHIVE_DIR) -> str:
             head = f"`{r['id']}`" + (f" ({r['tag']})" if r.get("tag") else "")
             out += [f"### {head}", "", f"{_md(res.get('title', ''))}.", "",
                     f"Seed {meta.get('seed')}, {meta.get('device')}, torch "
-                    f"{meta.get('versions', {}).get('torch', '-')}, {meta.get('date')}.", "",
+                    f"{meta.get('versions', {}).get('torch', '-')}, {meta.get('date')}, "
+                    f"commit {str(meta.get('commit') or 'not recorded')[:12]}.", "",
                     f"**Criterion.** {_md(res.get('criterion', ''))}", ""]
             if res.get("error"):
                 out += [f"**Error.** {_md(res['error'])}", ""]
@@ -192,11 +203,13 @@ def main(argv=None) -> int:
                                      description="File full-profile results under docs/full_profile.")
     parser.add_argument("report_dir", nargs="+", help="report folders (with results.json)")
     parser.add_argument("--tag", default=None, help="variant name, e.g. R=1")
+    parser.add_argument("--commit", default=None,
+                        help="git commit of the run (for reports that do not record one)")
     parser.add_argument("--to", default=str(ARCHIVE_DIR), help="archive folder")
     args = parser.parse_args(argv)
     try:
         for d in args.report_dir:
-            for p in archive(d, to=args.to, tag=args.tag):
+            for p in archive(d, to=args.to, tag=args.tag, commit=args.commit):
                 print(p)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

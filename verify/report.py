@@ -45,7 +45,8 @@ import textwrap
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["write_report", "metadata", "render_figure", "group_of", "paper_heading", "status_of"]
+__all__ = ["write_report", "metadata", "source_commit", "render_figure", "group_of", "paper_heading",
+           "status_of"]
 
 _PACKAGES = ("numpy", "scipy", "sympy", "mpmath", "torch", "matplotlib")
 
@@ -76,6 +77,7 @@ def metadata(*, profile: str, seed: int, device: str) -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        "commit": source_commit(),
     }
     torch = sys.modules.get("torch")
     if device == "cuda" and torch is not None:
@@ -85,6 +87,24 @@ def metadata(*, profile: str, seed: int, device: str) -> dict:
         except (RuntimeError, AssertionError):  # no usable CUDA device
             pass
     return meta
+
+
+def source_commit() -> str | None:
+    """The git commit of the toolkit's source tree (``+dirty`` when tracked files differ), or
+    None outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 # -- helpers ------------------------------------------------------------------------
