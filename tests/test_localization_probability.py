@@ -95,8 +95,9 @@ def test_gaussian_rho_in_unit_interval(T, u, trW, trW2, lam):
 def test_corrected_continuum_mirror_symmetry(theta, xi, eta):
     """rho_c(1 - theta; -xi, eta) = rho_c(theta; xi, eta) (D_c is symmetric about 1/2); eq. 6 is not."""
     c = theory.get(CONT)
-    a = c(theta=1 - theta, xi=-xi, eta=eta)
-    b = c(theta=max(theta, 1e-12), xi=xi, eta=eta)
+    t = max(theta, 1e-12)                  # theta = 0 is outside the domain; mirror the same t
+    a = c(theta=1 - t, xi=-xi, eta=eta)
+    b = c(theta=t, xi=xi, eta=eta)
     assert a == pytest.approx(b, abs=1e-12)
 
 
