@@ -21,13 +21,17 @@ def _report(tmp_path, profile="full", status="passed", name="rep"):
             "cpu_count": 2, "versions": {"torch": "2.13.0+cpu"}, "platform": "not kept"}
     (d / "results.json").write_text(json.dumps({"metadata": meta, "summary": {},
                                                 "results": [res]}))
+    (d / "figures").mkdir()
+    (d / "figures" / f"{res['id']}-{name}.png").write_bytes(b"png " + name.encode())
+    (d / "figures" / "another.check-loss.png").write_bytes(b"not this check's")
     return d
 
 
 def test_archive_round_trip_and_page(tmp_path):
     to = tmp_path / "arch"
     written = archive.archive(_report(tmp_path), to=to, tag="R=1", commit="0123abc")
-    assert [p.name for p in written] == ["linear_attention.separate.rank_plateaus.R1.json"]
+    assert [p.name for p in written] == ["linear_attention.separate.rank_plateaus.R1-rep.png",
+                                         "linear_attention.separate.rank_plateaus.R1.json"]
     (rec,) = archive.load(to)
     assert rec["tag"] == "R=1" and rec["metadata"]["seed"] == 3
     assert "platform" not in rec["metadata"] and rec["metadata"]["commit"] == "0123abc"
@@ -36,9 +40,14 @@ def test_archive_round_trip_and_page(tmp_path):
     # Markdown-significant characters of free text are escaped (no broken table, no emphasis)
     assert r"max \|x - y\|" in text and r"\*within\*" in text and r"f\_m" in text
     assert "ratio: [0.999123, 1.0]" in text           # floats shown to 6 digits, lists inline
-    # the same check and tag again replaces the record
+    fig = "figures/linear_attention.separate.rank_plateaus.R1-rep.png"
+    assert rec["figures"] == [fig] and (to / fig).read_bytes() == b"png rep"
+    assert f"](../full_profile/{fig})" in text
+    # the same check and tag again replaces the record and its figures
     archive.archive(_report(tmp_path, status="failed", name="rep2"), to=to, tag="R=1")
     assert [r["result"]["status"] for r in archive.load(to)] == ["failed"]
+    assert sorted(p.name for p in (to / "figures").iterdir()) == [
+        "linear_attention.separate.rank_plateaus.R1-rep2.png"]
 
 
 def test_archive_refuses_quick_runs_and_bad_input(tmp_path):
@@ -68,3 +77,5 @@ def test_filed_records_are_full_profile_runs_of_registered_checks():
     text = archive.page()
     for rec in records:
         assert f"`{rec['id']}`" in text
+        for fig in rec["figures"]:
+            assert (archive.ARCHIVE_DIR / fig).is_file()

@@ -3,7 +3,7 @@
 The full profile (``python -m verify ... --profile full``) takes minutes to hours per check,
 so its results are not recomputed by the test suite. This module files the records of such
 runs under ``docs/full_profile/`` (one JSON file per check and variant) and renders them as
-the documentation page *Full-profile runs*.
+the documentation page *Full-profile runs* (with the runs' figures).
 
 Commands
 --------
@@ -13,18 +13,21 @@ Commands
     python -m verify.archive out/ [--tag R=1] [--to docs/full_profile]
 
 Each record keeps the check's full result (measured, predicted, discrepancy, tolerance,
-criterion, negative controls, details, seconds) and the run's metadata (date, seed,
-device, CPU count, git commit, library versions). ``--tag`` names a variant of one check (e.g. the
-rank selected by ``ATTN_S_TORCH_RANKS``); a later run of the same check and tag replaces the
-earlier record. Quick-profile results are refused.
+criterion, negative controls, details, seconds), its figures from the report (copied to
+``figures/``) and the run's metadata (date, seed, device, CPU count, git commit, library
+versions). ``--tag`` names a variant of one check (e.g. the rank selected by
+``ATTN_S_TORCH_RANKS``); a later run of the same check and tag replaces the earlier record
+and its figures. Quick-profile results are refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -84,10 +87,22 @@ def archive(report_dir, *, to=ARCHIVE_DIR, tag: str | None = None,
     for res in doc.get("results", []):
         if res.get("status") == "skipped":
             continue
+        target = out_dir / _file_name(res["id"], tag)
+        stem = target.name[:-len(".json")]
+        # the record's figures: figures/<id>-<name>.png of the report -> figures/<stem>-<name>.png
+        fig_dir = out_dir / "figures"
+        for old in fig_dir.glob(f"{glob.escape(stem)}-*.png"):
+            old.unlink()
+        figures = []
+        for src in sorted((Path(report_dir) / "figures").glob(f"{glob.escape(res['id'])}-*.png")):
+            fig_dir.mkdir(exist_ok=True)
+            dst = fig_dir / (stem + src.name[len(res["id"]):])
+            shutil.copyfile(src, dst)
+            figures.append(f"figures/{dst.name}")
+            written.append(dst)
         record = {"id": res["id"], "tag": tag,
                   "metadata": {k: meta[k] for k in _META_KEYS if k in meta},
-                  "result": res}
-        target = out_dir / _file_name(res["id"], tag)
+                  "figures": figures, "result": res}
         target.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
         written.append(target)
     return written
@@ -149,8 +164,12 @@ def _outline(value, indent: int = 0) -> list[str]:
     return lines
 
 
-def page(path=ARCHIVE_DIR) -> str:
-    """The Markdown page listing the archived full-profile runs."""
+def page(path=ARCHIVE_DIR, rel: str = "../full_profile") -> str:
+    """The Markdown page listing the archived full-profile runs.
+
+    ``rel`` is the archive folder as seen from the page (the site writes the page to
+    ``docs/_generated/``); figures are linked through it.
+    """
     from theory.papers import PAPERS
     from verify.report import paper_heading
 
@@ -193,6 +212,8 @@ def page(path=ARCHIVE_DIR) -> str:
                 out += [f"| {_md(c['name'])} | {_num(c['discrepancy'])} | {_num(c['tolerance'])} | "
                         f"{c['rejected']} |" for c in controls]
                 out.append("")
+            for fig in r.get("figures", []):
+                out += [f"![{r['id']}]({rel}/{fig})", ""]
             shown = {"measured": res.get("measured"), "predicted": res.get("predicted")}
             out += ["```text", *_outline(shown), "```", ""]
     return "\n".join(out)
