@@ -332,9 +332,9 @@ GDPP_FULL = dict(steps=40000, batch=20000, lr=0.1, halve_every=4000, betas=(0.99
                  optimizer="adamw")
 #: Tolerance on Dist(B_l, I) (l < L - 1) and Dist(Sigma^1/2 A_l Sigma^1/2, I).
 GDPP_TOL = {"quick": 0.3, "full": 0.1}
-#: Precision of the trained model and its prompts. Full: float32 (Gaussian sampling of the
-#: 2e4-prompt batches is ~4x faster than float64 on a CPU; the target loss ~7e-4 of E y^2 = 5
-#: is far above float32 round-off). The held-out evaluation is always float64 (numpy).
+#: Precision of the trained model and its prompts. Full: float32 (Gaussian sampling is ~5x
+#: faster than float64 on a CPU, a whole step ~1.3x; the target loss ~7e-4 of E y^2 = 5 is far
+#: above float32 round-off). The held-out evaluation is always float64 (numpy).
 GDPP_DTYPE = {"quick": "float64", "full": "float32"}
 
 
@@ -357,9 +357,11 @@ def theorem4_gdpp(ctx):
     Monte Carlo against ``preconditioned_gd.gdpp.loss``.
 
     **Full profile:** ``L = 3`` from a small random init with the authors' optimiser
-    (:data:`GDPP_FULL`, float32); the same statistics (spec: did not converge in 5 CPU
-    minutes; about 0.1 s per step on one CPU core, 40000 steps).
+    (:data:`GDPP_FULL`, float32); the same statistics. A GPU run: on one CPU core a step
+    takes ~0.37 s, so the 40000 steps take ~4 h (the spec: no convergence in 5 CPU minutes).
     """
+    import torch
+
     from verify.models.linear_transformer import (
         LinearTransformer, dist_to_identity, general_layers, sparse_layers, train_adam)
 
@@ -370,8 +372,6 @@ def theorem4_gdpp(ctx):
     total = ctx.pick(quick=30_000, full=1_000_000)
     Sigma = _setting(ctx)
     Sh, Sinv = _sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
-    import torch
-
     gen = ctx.torch_generator(ctx.device)
     model = LinearTransformer(d, L, "gdpp", device=ctx.device,
                               dtype=getattr(torch, GDPP_DTYPE[ctx.profile]))
