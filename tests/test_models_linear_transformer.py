@@ -197,3 +197,54 @@ def test_train_adam_in_the_models_precision():
         out[dtype] = r.batch_loss[-1]
     assert np.isfinite(out[torch.float32])
     assert out[torch.float32] < 0.8 * 3.0            # below E y^2 = d at A = 0
+
+
+@pytest.mark.parametrize("par", lt.PARAMETRISATIONS)
+@pytest.mark.parametrize("L", [1, 2, 4])
+def test_gram_recursion_predict_matches_full_forward(par, L):
+    # predict evolves (query column, context Gram) instead of the whole token matrix: the same
+    # function of Z and of every trained entry, so values and gradients agree to round-off
+    _, pr = _prompts(batch=30)
+    Z = torch.as_tensor(pr.tokens())
+    g = torch.Generator().manual_seed(L)
+    m = lt.LinearTransformer(5, L, par).init_(g, 0.3)
+    y = torch.as_tensor(pr.target)
+
+    def grads(loss):
+        m.zero_grad()
+        loss.backward()
+        return [p.grad.clone() for p in m.parameters()], float(loss.detach())
+
+    g_fast, l_fast = grads(torch.mean((m.predict(Z) - y) ** 2))
+    g_full, l_full = grads(torch.mean((-m(Z)[:, 5, -1] - y) ** 2))
+    assert l_fast == pytest.approx(l_full, rel=1e-12)
+    scale = max(float(b.abs().max()) for b in g_full)
+    assert scale > 0
+    for a, b in zip(g_fast, g_full):             # (B_{L-1} of "gdpp" gets none: footnote 4)
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-11 * scale)
+    # the recursion needs every layer: dropping the last layer's update changes the value
+    P, Q = m.matrices()
+    if L > 1:
+        short = lt._predict_gram(P[:-1], Q[:-1], Z)
+        assert float((short - m.predict(Z)).detach().abs().max()) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")   # raised inside torch.compile
+def test_train_adam_compiled_matches_eager():
+    # torch.compile changes only the evaluation: the same seed gives the same run to round-off
+    Sigma = np.diag([1.0, 0.5, 0.2])
+    out = []
+    for compile in (False, True):
+        g = torch.Generator().manual_seed(0)
+        m = lt.LinearTransformer(3, 2, "gdpp").init_(g, 0.1)
+        r = lt.train_adam(m, Sigma, 6, steps=30, batch=64, lr=0.01, generator=g, log_every=10,
+                          compile=compile)
+        assert r.settings["compile"] is compile
+        out.append(r)
+    np.testing.assert_allclose(out[1].batch_loss[1:], out[0].batch_loss[1:], rtol=1e-9)
+    np.testing.assert_allclose(out[1].B_log, out[0].B_log, rtol=1e-7, atol=1e-12)
+    g = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="^compile"):
+        lt.train_adam(lt.LinearTransformer(3, 1), Sigma, 6, steps=1, batch=2, lr=0.1,
+                      generator=g, compile="yes")
