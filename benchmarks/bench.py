@@ -30,6 +30,12 @@ Measures
    projected to the ``t_last / (2 eta)`` steps needed to reach the same ``t / tau``. Rank 1 by
    default; ``--fig4-ranks 1,2,4,8`` adds the other panels (``--fig4-ranks`` alone means
    those four).
+7. the cost of one Adam step of the GD++ full profile (``preconditioned_gd.torch.theorem4_gdpp``:
+   ``d = 5``, ``n = 20``, ``L = 3``, batch 20000, float32): sampling the prompts, and the loss
+   with its gradient three ways -- the whole token matrix through every layer
+   (:meth:`LinearTransformer.forward`), the Gram recursion of
+   :meth:`LinearTransformer.predict`, and the same under ``torch.compile`` (after a warm-up
+   that compiles it).
 """
 
 from __future__ import annotations
@@ -279,6 +285,62 @@ def bench_fig4(ranks=(1,), seed: int = 0, steps: int = 200, batch: int = FIG4["b
     return out
 
 
+#: GD++ full-profile setting (``preconditioned_gd.torch.theorem4_gdpp``).
+GDPP = {"d": 5, "n": 20, "L": 3, "batch": 20000, "dtype": "float32"}
+
+
+def bench_gdpp(steps: int = 10, threads: int | None = None) -> dict | None:
+    """Seconds per GD++ training step: sampling, and loss + gradient three ways."""
+    try:
+        import torch
+
+        from verify.models.linear_transformer import LinearTransformer, sample_tokens_torch
+        from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES
+    except ImportError:
+        return None
+    old = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        d, n, L, batch = GDPP["d"], GDPP["n"], GDPP["L"], GDPP["batch"]
+        dtype = getattr(torch, GDPP["dtype"])
+        g = torch.Generator().manual_seed(0)
+        model = LinearTransformer(d, L, "gdpp", dtype=dtype).init_(g, 0.1)
+        chol = torch.as_tensor(np.diag(np.sqrt(EXPERIMENT_EIGENVALUES)), dtype=dtype)
+
+        def sample():
+            return sample_tokens_torch(None, n, batch, generator=g, chol=chol)
+
+        data = sample()
+
+        def full_tokens(Z, y):
+            return torch.mean((-model(Z)[:, d, -1] - y) ** 2)
+
+        def gram(Z, y):
+            return torch.mean((model.predict(Z) - y) ** 2)
+
+        out = {"threads": torch.get_num_threads(), "steps": steps,
+               "sample": _time_call(sample, min_seconds=0.5)}
+        for name, fn in (("full token forward", full_tokens), ("Gram recursion", gram),
+                         ("Gram recursion, torch.compile", torch.compile(gram))):
+            def step(fn=fn):
+                model.zero_grad(set_to_none=True)
+                fn(data.Z, data.y_q).backward()
+
+            t0 = time.perf_counter()
+            step()                                               # warm-up (compiles)
+            warm = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            out[name] = (time.perf_counter() - t0) / steps
+            if "compile" in name:
+                out["compile seconds"] = warm
+        return out
+    finally:
+        torch.set_num_threads(old)
+
+
 def _parse_ranks(text: str) -> tuple[int, ...]:
     try:
         ranks = tuple(int(x) for x in text.split(",") if x.strip())
@@ -309,6 +371,10 @@ def main(argv=None) -> int:
                         help="torch batch for the Fig.-4 comparison (default: the full profile's)")
     parser.add_argument("--fig4-seed", type=int, default=0, help="seed of the Fig.-4 draw")
     parser.add_argument("--device", default="cpu", help="torch device for the Fig.-4 comparison")
+    parser.add_argument("--skip-gdpp", action="store_true",
+                        help="skip the GD++ full-profile step timing")
+    parser.add_argument("--gdpp-steps", type=int, default=10,
+                        help="timed GD++ steps per variant (batch 20000)")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="BLAS threads for the numpy timings (default 1: algorithmic scaling, "
                              "not the thread pool's behaviour on a shared machine)")
@@ -319,6 +385,8 @@ def main(argv=None) -> int:
         parser.error("--blas-threads: must be >= 1")
     if args.fig4_steps < 1 or args.fig4_batch < 1:
         parser.error("--fig4-steps, --fig4-batch: must be >= 1")
+    if args.gdpp_steps < 1:
+        parser.error("--gdpp-steps: must be >= 1")
     if "numpy" in sys.modules:
         print("warning: numpy already imported; --blas-threads has no effect", file=sys.stderr)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -338,6 +406,7 @@ def main(argv=None) -> int:
         "fig4": None if args.skip_fig4 else bench_fig4(
             args.fig4_ranks, seed=args.fig4_seed, steps=args.fig4_steps, batch=args.fig4_batch,
             torch_too=not args.skip_torch, device=args.device),
+        "gdpp": None if args.skip_torch or args.skip_gdpp else bench_gdpp(args.gdpp_steps),
     }
     if args.json:
         print(json.dumps(res, indent=2))
@@ -391,6 +460,14 @@ def main(argv=None) -> int:
             rows.append((name, _duration(r["torch_projected_seconds"])))
             rows.append((f"{head}, R={R}: speed ratio torch / exact flow",
                          f"{r['ratio_torch_over_flow']:.3g}x"))
+    gp = res["gdpp"]
+    if gp is not None:
+        head = (f"GD++ step (d={GDPP['d']}, n={GDPP['n']}, L={GDPP['L']}, batch {GDPP['batch']}, "
+                f"{GDPP['dtype']}, {gp['threads']} thread(s))")
+        rows.append((f"{head}: sampling", f"{gp['sample'] * 1e3:.1f} ms"))
+        for name in ("full token forward", "Gram recursion", "Gram recursion, torch.compile"):
+            rows.append((f"{head}: loss + gradient, {name}", f"{gp[name] * 1e3:.1f} ms"))
+        rows.append((f"{head}: compile time", f"{gp['compile seconds']:.1f} s"))
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
