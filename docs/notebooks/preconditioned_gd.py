@@ -190,8 +190,8 @@ plt.show()
 #
 # Full matrices $P_\ell, Q_\ell$ at $L \ge 2$ are outside every theorem of the paper. Two checks
 # settle what happens there: `preconditioned_gd.torch.full_multilayer` trains every entry from a
-# small random start and lands on Theorem 4's set at the global GD++ minimum (the full-profile
-# numbers are on the *Full-profile runs* page), and `preconditioned_gd.gdpp.mc_gradient_full`
+# small random start and lands near Theorem 4's set at the global GD++ minimum (quick profile:
+# `Dist` 0.14 and 0.12, steps within 3.5 %), and `preconditioned_gd.gdpp.mc_gradient_full`
 # shows that the set is not critical for every entry: the label-label entries
 # $[Q_\ell]_{d+1,d+1}$, zero in eq. 11, have a non-zero gradient at the second minimum.
 
