@@ -184,6 +184,26 @@ def test_same_seed_same_weights():
     assert r1.A_log.shape == (5, 2, 3, 3)
 
 
+def test_train_adam_stops_on_a_diverging_loss():
+    # a learning rate far too large blows the loss up: the run stops at the first batch loss
+    # above stop_above and records where; a sane run with the same guard runs to the end
+    Sigma = np.diag([1.0, 0.5, 0.2])
+    g = torch.Generator().manual_seed(0)
+    m = lt.LinearTransformer(3, 2, "full").init_(g, 1.0)
+    r = lt.train_adam(m, Sigma, 6, steps=200, batch=64, lr=5.0, generator=g, log_every=50,
+                      stop_above=1e3)
+    assert r.stopped_at is not None and r.stopped_at < 200
+    assert r.step[-1] == r.stopped_at
+    assert not r.batch_loss[-1] <= 1e3               # above the bound, or non-finite
+    g = torch.Generator().manual_seed(0)
+    m = lt.LinearTransformer(3, 1, "sparse").init_(g, 1e-3)
+    r = lt.train_adam(m, Sigma, 6, steps=50, batch=64, lr=0.01, generator=g, log_every=10,
+                      stop_above=1e3)
+    assert r.stopped_at is None and r.step[-1] == 50
+    with pytest.raises(ValueError, match="^stop_above"):
+        lt.train_adam(m, Sigma, 6, steps=1, batch=2, lr=0.1, generator=g, stop_above=-1.0)
+
+
 def test_train_adam_in_the_models_precision():
     # prompts are sampled in the model's dtype: a float32 model trains (it used to fail on a
     # float64 prompt batch) and moves towards the optimum like the float64 one

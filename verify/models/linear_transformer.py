@@ -37,6 +37,7 @@ train_adam           Adam/AdamW on fresh prompts, lr halving, per-matrix gradien
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, NamedTuple, Sequence
@@ -639,6 +640,10 @@ class TrainResult:
         Wall time of the run.
     settings : dict
         The optimiser settings used.
+    stopped_at : int or None
+        The step whose batch loss was non-finite or above ``stop_above`` (the run stopped
+        there, before the optimiser step; that loss is the last logged one); None if it ran
+        to the end.
     """
 
     step: np.ndarray
@@ -648,6 +653,7 @@ class TrainResult:
     B_log: np.ndarray = field(repr=False)
     seconds: float
     settings: dict = field(default_factory=dict)
+    stopped_at: int | None = None
 
 
 def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, generator,
@@ -655,6 +661,7 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
                halve_every: int | None = None, clip: float | None = None,
                resample_every: int = 1, task: str = "inverse", log_every: int = 10,
                device=None, threads: int | None = 1, compile: bool = False,
+               stop_above: float | None = None,
                iterate: Callable[[Iterable, str], Iterable] | None = None) -> TrainResult:
     """Train a :class:`LinearTransformer` with Adam/AdamW on freshly sampled prompts (§4.3, §5.1).
 
@@ -695,6 +702,10 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         Evaluate the batch loss through ``torch.compile`` (fuses the Gram recursion of
         :meth:`LinearTransformer.predict`; ~25 s to compile, then ~3x faster per step on a
         CPU at batch 20000). Needs a C++ compiler (CPU) or Triton (GPU).
+    stop_above : float, optional
+        Stop the run (``TrainResult.stopped_at``) at the first batch loss above this value;
+        a non-finite batch loss always stops it. Each step then reads the loss back (one
+        synchronisation per step).
     iterate : callable, optional
         ``iterate(range, desc)`` progress wrapper.
     """
@@ -722,6 +733,8 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         clip = _positive_float("clip", clip)
     resample_every = _positive_int("resample_every", resample_every)
     log_every = _positive_int("log_every", log_every)
+    if stop_above is not None:
+        stop_above = _positive_float("stop_above", stop_above)
     lam = _validate_sigma(Sigma)
     if lam.shape[0] != model.d:
         raise ValueError(f"Sigma: dimension {lam.shape[0]} does not match the model's d = {model.d}")
@@ -764,12 +777,18 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         if iterate is not None:
             loop = iterate(loop, f"Adam, L={model.L}, {model.parametrisation}")
         data = None
+        stopped_at = None
         for k in loop:
             if data is None or (k - 1) % resample_every == 0:
                 data = sample_tokens_torch(None, n, batch, generator=generator, task=task,
                                            device=device, chol=chol)
             opt.zero_grad(set_to_none=True)
             loss = batch_loss(data.Z, data.y_q)
+            value = float(loss.detach())
+            if not math.isfinite(value) or (stop_above is not None and value > stop_above):
+                stopped_at = k
+                log(k, value)
+                break
             loss.backward()
             if clip is not None:
                 with torch.no_grad():
@@ -781,7 +800,7 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
             if sched is not None:
                 sched.step()
             if k % log_every == 0 or k == steps:
-                log(k, float(loss.detach()))
+                log(k, value)
     finally:
         torch.set_num_threads(old_threads)
     seconds = time.perf_counter() - t0
@@ -792,4 +811,5 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         settings=dict(optimizer=optimizer, lr=lr, betas=(b1, b2), weight_decay=weight_decay,
                       halve_every=halve_every, clip=clip, batch=batch, steps=steps,
                       resample_every=resample_every, task=task, device=str(device),
-                      compile=compile))
+                      compile=compile, stop_above=stop_above),
+        stopped_at=stopped_at)
