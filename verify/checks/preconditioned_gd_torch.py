@@ -112,7 +112,8 @@ def _window_mean(log: np.ndarray, frac: float = 0.1) -> np.ndarray:
 #: ``theorem3_full`` check's setting, L = 3 needs the full profile); full: the spec's run
 #: (batch 8000 fresh, lr 0.01 halved every 3000 steps, 12000 steps).
 SPARSE_QUICK = dict(steps=2000, batch=1000, lr=0.1, halve_every=500, betas=(0.99, 0.9))
-SPARSE_FULL = dict(steps=12000, batch=8000, lr=0.01, halve_every=3000, betas=(0.99, 0.9))
+SPARSE_FULL = dict(steps=12000, batch=8000, lr=0.01, halve_every=3000, betas=(0.99, 0.9),
+                   compile=True, threads=None)
 #: Tolerances: (Dist, relative step error, relative loss excess) per profile.
 SPARSE_TOL = {"quick": (0.15, 0.10, 0.15), "full": (0.03, 0.02, 0.03)}
 
@@ -152,7 +153,10 @@ def theorem3_sparse(ctx):
         gen = ctx.torch_generator(ctx.device)
         model = LinearTransformer(d, L, "sparse", device=ctx.device).init_(gen, 1e-3)
         run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
-                         iterate=ctx.iterate, **settings)
+                         stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings)
+        if run.stopped_at is not None:
+            return _stopped(run, f"Sparse transformer, L = {L}.",
+                            {"settings": settings, "L": L, "device": ctx.device})
         A = _window_mean(run.A_log)
         M = np.einsum("ij,ljk,km->lim", Sh, A, Sh)
         dist_M = dist_to_identity(M)
@@ -192,7 +196,8 @@ def theorem3_sparse(ctx):
             "held-out loss (trained)": f_tr, "s.e.": se_tr,
             "held-out loss at a* Sigma^-1": f_opt, "s.e. (a*)": se_opt,
             "paired excess": delta, "s.e. (paired)": se_delta, "optimal_loss": f_star,
-            "final batch loss": float(run.batch_loss[-1]), "seconds": run.seconds,
+            "final batch loss": float(run.batch_loss[-1]), "batch loss": _loss_trajectory(run),
+            "seconds": run.seconds,
             "per-eigendirection a (M in Sigma's eigenbasis)":
                 np.stack([np.diag(np.linalg.eigh(Sigma)[1].T @ Ml @ np.linalg.eigh(Sigma)[1])
                           for Ml in M]),
@@ -250,7 +255,8 @@ def theorem3_sparse(ctx):
 # Theorem 3 / Theorem 1 setting, full P, Q, one layer
 # =====================================================================================
 FULL_QUICK = dict(steps=1500, batch=1000, lr=0.05, halve_every=400, betas=(0.9, 0.999))
-FULL_FULL = dict(steps=10000, batch=8000, lr=0.01, halve_every=2500, betas=(0.9, 0.999))
+FULL_FULL = dict(steps=10000, batch=8000, lr=0.01, halve_every=2500, betas=(0.9, 0.999),
+                 compile=True, threads=None)
 #: Tolerances: (weighted relative error of the preconditioner, relative loss excess,
 #: norm of the output-relevant blocks outside eq. 8 relative to ||Gamma*||).
 FULL_TOL = {"quick": (0.05, 0.05, 0.05), "full": (0.02, 0.01, 0.02)}
@@ -290,7 +296,9 @@ def theorem3_full(ctx):
     gen = ctx.torch_generator(ctx.device)
     model = LinearTransformer(d, 1, "full", device=ctx.device).init_(gen, 0.1)
     run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
-                     iterate=ctx.iterate, **settings)
+                     stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings)
+    if run.stopped_at is not None:
+        return _stopped(run, "One layer, full P, Q.", {"settings": settings, "device": ctx.device})
     G = _window_mean(run.A_log)[0]
     G_star = np.asarray(_cf("preconditioned_gd.single_layer.optimal_preconditioner_inverse_task",
                             Sigma=Sigma, n=n), dtype=float)
@@ -339,7 +347,8 @@ def theorem3_full(ctx):
                  "parts": parts, "off-block norms": off, "Dist(Sigma^1/2 Gamma Sigma^1/2, I)":
                  float(dist_to_identity(M)), "held-out": {"trained": [f_tr, se_tr],
                  "Gamma*": [f_opt, se_opt], "paired excess": [delta, se_delta]},
-                 "seconds": run.seconds, "device": ctx.device},
+                 "batch loss": _loss_trajectory(run), "seconds": run.seconds,
+                 "device": ctx.device},
     )
 
 
