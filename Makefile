@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=20
 
 test-all: $(STAMP)
 	$(PY) -m pytest -m "slow or not slow"
