@@ -396,9 +396,9 @@ def theorem4_gdpp(ctx):
     0.08 s per step, 29 min in all (seed 0, filed on the Full-profile runs page: Dist(B_l, I)
     0.018, 0.008; Dist(Sigma^1/2 A_l Sigma^1/2, I) <= 0.049; the loss of the projection on
     Theorem 4's set 6.7e-4 against 0.137 for the sparse optimum). Without the clipping the
-    run diverges (seed 0:
-    batch loss above 1e3 at step 204; an earlier 40000-step run ended at a held-out loss of
-    2e17); a run whose batch loss passes :data:`STOP_ABOVE` stops and the check fails.
+    run diverges (seed 0: batch loss above 1e3 at step 204; an earlier 40000-step run ended
+    at a held-out loss of 2e17); a run whose batch loss passes :data:`STOP_ABOVE` stops and
+    the check fails.
     """
     import torch
 

@@ -704,7 +704,7 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         CPU at batch 20000). Needs a C++ compiler (CPU) or Triton (GPU).
     stop_above : float, optional
         Stop the run (``TrainResult.stopped_at``) at the first batch loss above this value;
-        a non-finite batch loss always stops it. Each step then reads the loss back (one
+        a non-finite batch loss always stops it (every step reads its loss back: one device
         synchronisation per step).
     iterate : callable, optional
         ``iterate(range, desc)`` progress wrapper.
