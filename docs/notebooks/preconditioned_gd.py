@@ -215,9 +215,9 @@ claim("the global GD++ minimum is about 6 times below the sparse optimum",
 # per-matrix gradient clipping); the full-$(P, Q)$ runs train every entry at $L = 2$ and $3$.
 # The last $B_{L-1}$ never reaches the output (footnote 4): it keeps its random start, and its
 # `Dist` near 1 is the control.
-# The full-$(P, Q)$ record fails at $L = 3$: after 20000 steps (a smaller, clipped learning
-# rate; larger ones diverge) the loss is far below the sparse optimum, but the matrices are not
-# yet within the tolerance of Theorem 4's set. At $L = 2$ it lands on the global GD++ minimum.
+# At $L = 2$ the full matrices land on the global GD++ minimum. $L = 3$ needs a smaller,
+# clipped learning rate (larger ones diverge) and 40000 steps to come within the tolerance of
+# Theorem 4's set.
 
 # %%
 import json  # noqa: E402
