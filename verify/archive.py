@@ -31,7 +31,7 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["ARCHIVE_DIR", "archive", "load", "page"]
+__all__ = ["ARCHIVE_DIR", "archive", "compact", "load", "page"]
 
 #: Where the records live (relative to the repository root).
 ARCHIVE_DIR = Path(__file__).resolve().parent.parent / "docs" / "full_profile"
@@ -127,14 +127,14 @@ def _num(x) -> str:
     return str(x)
 
 
-def _compact(value):
-    """Round floats to 6 significant digits for display."""
+def compact(value, digits: int = 6):
+    """Round floats (also inside lists and dicts) to ``digits`` significant digits for display."""
     if isinstance(value, float):
-        return float(f"{value:.6g}")
+        return float(f"{value:.{digits}g}")
     if isinstance(value, list):
-        return [_compact(v) for v in value]
+        return [compact(v, digits) for v in value]
     if isinstance(value, dict):
-        return {k: _compact(v) for k, v in value.items()}
+        return {k: compact(v, digits) for k, v in value.items()}
     return value
 
 
@@ -148,12 +148,12 @@ def _outline(value, indent: int = 0) -> list[str]:
     """Nested dicts/lists as indented lines; scalars and lists of scalars on one line."""
     pad = " " * indent
     if _flat(value):
-        return [pad + json.dumps(_compact(value))]
+        return [pad + json.dumps(compact(value))]
     lines = []
     if isinstance(value, dict):
         for k, v in value.items():
             if _flat(v):
-                lines.append(f"{pad}{k}: {json.dumps(_compact(v))}")
+                lines.append(f"{pad}{k}: {json.dumps(compact(v))}")
             else:
                 lines += [f"{pad}{k}:"] + _outline(v, indent + 2)
         return lines

@@ -220,32 +220,22 @@ claim("the global GD++ minimum is about 6 times below the sparse optimum",
 # Theorem 4's set.
 
 # %%
-import json  # noqa: E402
+from verify import archive  # noqa: E402
 
-from verify.archive import ARCHIVE_DIR  # noqa: E402
-
-
-def rounded(x, digits=4):
-    """Numbers (also inside lists and dicts) to ``digits`` significant digits, for printing."""
-    if isinstance(x, dict):
-        return {k: rounded(v, digits) for k, v in x.items()}
-    if isinstance(x, list):
-        return [rounded(v, digits) for v in x]
-    return float(f"{x:.{digits}g}") if isinstance(x, float) else x
+filed = {rec["id"]: rec["result"] for rec in archive.load()}
 
 
 def show_record(check_id, keys):
     """Print the filed full-profile result of ``check_id``: pass/fail, ``keys`` of measured."""
-    path = ARCHIVE_DIR / f"{check_id}.json"
-    if not path.exists():
+    res = filed.get(check_id)
+    if res is None:
         print(f"{check_id}: no full-profile record filed")
         return None
-    res = json.loads(path.read_text())["result"]
     print(f"{check_id} (full profile, {res['seconds'] / 60:.0f} min): "
           f"{'passed' if res['passed'] else 'FAILED'}")
     for key in keys:
-        print(f"  {key}: {rounded(res['measured'][key])}")
-    print(f"  predicted: {rounded(res['predicted'])}")
+        print(f"  {key}: {archive.compact(res['measured'][key], 4)}")
+    print(f"  predicted: {archive.compact(res['predicted'], 4)}")
     return res
 
 
