@@ -14,7 +14,7 @@ import numpy as np
 from scipy.special import ndtri
 
 __all__ = ["FALSE_ALARM", "MeanEstimate", "batch_mean", "z_threshold", "max_abs_z", "rel_frobenius",
-           "rel_max"]
+           "rel_err", "rel_max"]
 
 #: Family-wise false-alarm probability of one Monte Carlo check (per check, per run).
 FALSE_ALARM = 1e-6
@@ -97,3 +97,12 @@ def rel_max(a, b) -> float:
     """max |a - b| / max |b| (entrywise), with |b| floored at 1e-300."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def rel_err(a, b, scale: float = 0.0) -> float:
+    """max |a - b| / max(max |b|, scale): the relative error of ``a`` against the reference
+    ``b``, with an absolute floor ``scale`` (the size of the quantity where ``b`` happens to
+    vanish), so that a reference of 0 is not compared with round-off relative to itself."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    denom = max(float(np.max(np.abs(b))) if b.size else 0.0, float(scale), 1e-300)
+    return float(np.max(np.abs(a - b)) / denom) if a.size else 0.0

@@ -7,8 +7,10 @@
   symbolically *and* numerically (the negative controls); every ``stable`` rewrite equals
   the derivation.
 * ``<topic>.high_precision``: the emitted numpy function agrees with the emitted mpmath
-  function at 50 digits at random parameter points; the same comparison with one parameter
-  nudged by 1e-6 relative is rejected (negative control).
+  function at 50 digits at random parameter points, relative to the larger of the value and
+  the record's typical output size (so an exact zero is judged on the scale of the record,
+  not on round-off divided by round-off); the same comparison with one parameter nudged by
+  1e-6 relative is rejected (negative control).
 
 :func:`sample_params` draws a random valid parameter point for any record (by parameter kind
 and name), resampling until the record's domain accepts it.
@@ -25,12 +27,14 @@ import theory
 from theory.compare import equal
 
 from .check import Control, Outcome, check
-from .stats import rel_max
+from .stats import rel_err, rel_max
 
-__all__ = ["register_topic_checks", "sample_params", "mp_to_float"]
+__all__ = ["register_topic_checks", "sample_params", "mp_to_float", "output_scale"]
 
 #: Dimension of the random covariance / matrix parameters.
 DIM = 3
+#: Random points per record that set its output scale in the high-precision check.
+SCALE_POINTS = 16
 
 
 def _records(topic: str):
@@ -96,6 +100,20 @@ def mp_to_float(v):
     return float(v)
 
 
+def output_scale(r, rng, points: int | None = None) -> float:
+    """The typical size of record ``r``'s output at random parameters: the median, over
+    ``points`` random valid points, of the largest |entry| of its numpy value, zeros left out
+    (a record that vanishes at some points, such as a gradient at a fixed point, gets the
+    size it has elsewhere). 0.0 when every value is zero."""
+    sizes = []
+    for _ in range(points or SCALE_POINTS):
+        value = np.asarray(r(**sample_params(r, rng)), dtype=float)
+        size = float(np.max(np.abs(value))) if value.size else 0.0
+        if size > 0:
+            sizes.append(size)
+    return float(np.median(sizes)) if sizes else 0.0
+
+
 def register_topic_checks(topic: str, *, control_id: str, control_param: str,
                           tolerance: float = 1e-11, tolerance_reason: str = "") -> tuple[Callable, Callable]:
     """Register ``<topic>.symbolic_printed_forms`` and ``<topic>.high_precision``.
@@ -142,14 +160,15 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
            title="numpy functions agree with mpmath at 50 digits at random parameters")
     def high_precision(ctx):
         points = ctx.pick(quick=3, full=20)
-        worst, per_id = 0.0, {}
+        worst, per_id, scales = 0.0, {}, {}
         for r in _records(topic):
+            scales[r.id] = scale = output_scale(r, ctx.rng)
             errs = []
             for _ in range(points):
                 vals = sample_params(r, ctx.rng)
                 with mpmath.workdps(50):
                     ref = mp_to_float(r("mpmath", **vals))
-                errs.append(rel_max(r(**vals), ref))
+                errs.append(rel_err(r(**vals), ref, scale))
             per_id[r.id] = max(errs)
             worst = max(worst, per_id[r.id])
         # negative control: the same comparison with one parameter nudged by 1e-6 relative
@@ -160,13 +179,17 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
         v = vals[control_param]
         nudged = dict(vals, **{control_param: (np.asarray(v) * (1 + 1e-6)).tolist() if isinstance(v, list)
                                else v * (1 + 1e-6)})
-        ctrl = [Control(f"{control_id} with {control_param} scaled by 1 + 1e-6", rel_max(r(**nudged), ref), tolerance)]
+        ctrl = [Control(f"{control_id} with {control_param} scaled by 1 + 1e-6",
+                        rel_err(r(**nudged), ref, scales[control_id]), tolerance)]
         return Outcome(
             measured=worst, predicted=0.0, discrepancy=worst, tolerance=tolerance,
-            criterion=f"max relative |numpy - mpmath(50 digits)| over {points} random points per record; "
+            criterion=f"max over {points} random points per record of |numpy - mpmath(50 digits)| / "
+                      "max(|mpmath|, s), s the record's typical output size (median of its nonzero "
+                      f"|value| over {SCALE_POINTS} random points: an exact zero is compared on that "
+                      "scale, not relative to itself); "
                       + (tolerance_reason or f"{tolerance:g} allows float64 round-off amplified by the "
                          "conditioning of the inverses (eigenvalues span 0.1..10)"),
-            controls=ctrl, details={"max_rel_error_per_id": per_id},
+            controls=ctrl, details={"max_rel_error_per_id": per_id, "output_scale_per_id": scales},
         )
 
     return symbolic_printed_forms, high_precision
