@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -89,11 +90,14 @@ def test_run_one_check_by_id_writes_report(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["no.such.check"], ["run"], ["list", "extra"],
-                                  ["all", "--seed", "-1"], ["all", "--profile", "huge"]])
+                                  ["all", "--seed", "-1"], ["all", "--profile", "huge"],
+                                  ["all", "--seed", "abc"], ["all", "--frobnicate"]])
 def test_usage_errors_exit_2(args):
     proc = run_module(*args, "--report", "")
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
+    [line] = proc.stderr.splitlines()  # one line, no usage block
+    assert line.startswith("error: ")
 
 
 def test_failing_check_gives_exit_1(temporary_checks, tmp_path, capsys):
@@ -156,3 +160,319 @@ def test_cuda_request_without_cuda_is_usage_error(capsys):
     assert cli.main(["all", "--device", "cuda", "--report", ""]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --device")
+
+
+# -- argparse mistakes: one line naming the option ----------------------------------
+@pytest.mark.parametrize("argv, start", [
+    ([], "error: command: missing"),
+    (["all", "--profile", "bogus"], "error: --profile: invalid choice: 'bogus'"),
+    (["all", "--device", "tpu"], "error: --device: invalid choice: 'tpu'"),
+    (["all", "--seed", "abc"], "error: --seed: expected an integer >= 0, got 'abc'"),
+    (["all", "--seed", "-1"], "error: --seed: must be >= 0"),
+    (["all", "--frobnicate"], "error: --frobnicate: unknown option"),
+    (["all", "--report"], "error: --report: expected one argument"),
+    (["all", "--seed", "1", "--seeds", "2-3"], "error: --seeds: cannot be combined with --seed"),
+    (["all", "--seeds", "5-2"], "error: --seeds: descending range '5-2'"),
+])
+def test_command_line_mistakes_are_one_line(argv, start, capsys):
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith(start), line
+
+
+# -- --seeds ------------------------------------------------------------------------
+@pytest.mark.parametrize("spec, seeds", [
+    ("0-19", list(range(20))), ("0,3,5", [0, 3, 5]), ("2-4,9", [2, 3, 4, 9]),
+    ("9, 2-4 ,3", [2, 3, 4, 9]), ("7", [7]), ("4-4", [4]), ("3,3,1-3", [1, 2, 3]),
+    (str(2**64), [2**64]),
+])
+def test_parse_seeds(spec, seeds):
+    assert cli.parse_seeds(spec) == seeds
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ("", "empty"), ("  ", "empty"), ("0,,3", "empty item"), ("1,", "empty item"),
+    ("5-2", "descending range '5-2' (write 2-5)"), ("-1", "must be >= 0"),
+    ("0--3", "must be >= 0"), ("1.5", "expected integers or ranges"), ("a-b", "expected"),
+    ("0-2-4", "expected"), ("0-20000", "more than 10000 seeds"), ("٣", "expected"),
+])
+def test_parse_seeds_refuses(spec, problem):
+    with pytest.raises(ValueError, match="^--seeds: ") as info:
+        cli.parse_seeds(spec)
+    assert problem in str(info.value)
+
+
+def _odd_seeds_fail(ctx):
+    """Passes at even seeds (discrepancy 0), fails at odd ones (discrepancy 2 * seed)."""
+    x = float(ctx.rng.normal())
+    return Outcome(measured=x, predicted=x, discrepancy=2.0 * ctx.seed * (ctx.seed % 2),
+                   tolerance=1.0, criterion="even seeds only")
+
+
+def test_seeds_run_every_check_at_every_seed(temporary_checks, tmp_path, capsys):
+    temporary_checks("tmp_topic.seeds.odd", _odd_seeds_fail)
+    temporary_checks("tmp_topic.seeds.ok", _passing)
+    report = tmp_path / "rep"
+    status = cli.main(["tmp_topic.seeds", "--seeds", "0-3", "--report", str(report), "--quiet"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "pass rate over seeds 0-3:" in out
+    rate_rows = {line.split()[0]: line for line in out.split("pass rate over seeds")[1]
+                 .splitlines() if line.startswith("tmp_topic")}
+    assert rate_rows["tmp_topic.seeds.odd"].split()[1:5] == ["2/4", "1,", "3", "6"]
+    assert rate_rows["tmp_topic.seeds.ok"].split()[1:4] == ["4/4", "-", "0"]
+    assert "6 passed, 2 failed (2 checks x 4 seeds)" in out.splitlines()[-1]
+    assert "FAIL tmp_topic.seeds.odd (seed 1)" in out
+
+    data = json.loads((report / "results.json").read_text())
+    assert data["partial"] is False
+    assert data["metadata"]["seeds"] == [0, 1, 2, 3] and data["metadata"]["seed"] is None
+    keyed = {(r["id"], r["seed"]): r["status"] for r in data["results"]}
+    assert len(keyed) == 8 == len(data["results"])
+    assert keyed[("tmp_topic.seeds.odd", 3)] == "failed"
+    assert keyed[("tmp_topic.seeds.odd", 2)] == keyed[("tmp_topic.seeds.ok", 3)] == "passed"
+    odd = next(e for e in data["pass_rates"] if e["id"] == "tmp_topic.seeds.odd")
+    assert (odd["passed"], odd["run"], odd["failed_seeds"], odd["worst_seed"]) == (2, 4, [1, 3], 3)
+
+    md = (report / "report.md").read_text()
+    assert "## Pass rate over seeds" in md
+    assert "| `tmp_topic.seeds.odd` | 2/4 | 1, 3 | 6 (seed 3) |" in md
+    assert "### tmp_topic.seeds.odd (seed 2)" in md
+
+
+def test_seeds_give_the_same_results_as_seed(temporary_checks, tmp_path, capsys):
+    temporary_checks("tmp_topic.seeds.same", _passing)
+    cli.main(["tmp_topic.seeds.same", "--seeds", "0,2", "--report", str(tmp_path / "a"),
+              "--quiet"])
+    cli.main(["tmp_topic.seeds.same", "--seed", "2", "--report", str(tmp_path / "b"), "--quiet"])
+    capsys.readouterr()
+    many = json.loads((tmp_path / "a" / "results.json").read_text())["results"]
+    [one] = json.loads((tmp_path / "b" / "results.json").read_text())["results"]
+    assert [r["seed"] for r in many] == [0, 2]
+    assert many[1]["measured"] == one["measured"] != many[0]["measured"]
+
+
+def test_seeds_keep_figures_of_each_seed_apart(temporary_checks, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+
+    def drawn(ctx):
+        out = _passing(ctx)
+        out.figures = {"line": {"kind": "lines", "series": [
+            {"label": "x", "x": [0, 1], "y": [0, ctx.seed]}]}}
+        return out
+
+    temporary_checks("tmp_topic.seeds.fig", drawn)
+    assert cli.main(["tmp_topic.seeds.fig", "--seeds", "1-2", "--report", str(tmp_path),
+                     "--quiet"]) == 0
+    capsys.readouterr()
+    names = sorted(p.name for p in (tmp_path / "figures").iterdir())
+    assert names == ["tmp_topic.seeds.fig-seed1-line.png", "tmp_topic.seeds.fig-seed2-line.png"]
+    assert "(figures/tmp_topic.seeds.fig-seed2-line.png)" in (tmp_path / "report.md").read_text()
+
+
+# -- the report folder ----------------------------------------------------------------
+def snapshot(folder):
+    """Every file under ``folder`` with its bytes (None when the folder is missing)."""
+    if not folder.exists():
+        return None
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture
+def counted(temporary_checks):
+    """A passing check that records each run in the returned list."""
+    calls = []
+
+    def counted_check(ctx):
+        calls.append(ctx.seed)
+        return _passing(ctx)
+
+    temporary_checks("tmp_topic.report.counted", counted_check)
+    return calls
+
+
+def _bad_folders(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    (other / "results.json").write_text("{}")  # not a report's results.json
+    cases = {"a file": (afile, "is a file, not a folder"),
+             "under a file": (afile / "sub", "is a file, not a folder"),
+             "other files": (other, "holds files that are not a verify report")}
+    if Path("/proc/self").is_dir():
+        cases["unwritable"] = (Path("/proc/verify-report-test"), "cannot be written")
+    return cases
+
+
+def test_bad_report_folder_is_refused_before_any_check_runs(counted, tmp_path, capsys):
+    for name, (folder, problem) in _bad_folders(tmp_path).items():
+        before = snapshot(tmp_path)
+        status = cli.main(["tmp_topic.report.counted", "--report", str(folder), "--seeds", "0-2"])
+        captured = capsys.readouterr()
+        assert status == 2, name
+        [line] = captured.err.splitlines()
+        assert line.startswith("error: --report: ") and problem in line, (name, line)
+        assert counted == [], name          # no check ran
+        assert snapshot(tmp_path) == before, name
+
+
+def test_unwritable_report_folder_is_refused_before_any_check_runs(counted, tmp_path, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("permissions do not stop root")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        assert cli.main(["tmp_topic.report.counted", "--report", str(locked / "rep")]) == 2
+    finally:
+        locked.chmod(0o700)
+    assert capsys.readouterr().err.startswith("error: --report: ")
+    assert counted == []
+
+
+def test_overwrite_writes_the_report_next_to_other_files(counted, tmp_path, capsys):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    assert cli.main(["tmp_topic.report.counted", "--report", str(folder), "--quiet"]) == 2
+    assert counted == []
+    assert cli.main(["tmp_topic.report.counted", "--report", str(folder), "--quiet",
+                     "--overwrite"]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "report.md", "results.json"]
+    assert (folder / "notes.txt").read_text() == "mine"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_a_previous_report_is_replaced_whole(temporary_checks, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+
+    def drawn(ctx):
+        out = _passing(ctx)
+        out.figures = {"line": {"kind": "lines", "series": [{"x": [0, 1], "y": [1, 2]}]}}
+        return out
+
+    temporary_checks("tmp_topic.report.drawn", drawn)
+    temporary_checks("tmp_topic.report.plain", _passing)
+    assert cli.main(["tmp_topic.report.drawn", "--report", str(tmp_path / "r"), "--quiet"]) == 0
+    assert (tmp_path / "r" / "figures" / "tmp_topic.report.drawn-line.png").is_file()
+    assert cli.main(["tmp_topic.report.plain", "--report", str(tmp_path / "r"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["report.md", "results.json"]
+    [rec] = json.loads((tmp_path / "r" / "results.json").read_text())["results"]
+    assert rec["id"] == "tmp_topic.report.plain"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+def test_empty_report_option_writes_nothing(counted, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["tmp_topic.report.counted", "--report", ""]) == 0
+    assert "1 passed" in capsys.readouterr().out
+    assert counted == [0] and list(tmp_path.iterdir()) == []
+
+
+# -- Ctrl-C -----------------------------------------------------------------------------
+def _interrupt(ctx):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_leaves_an_existing_report_untouched(temporary_checks, tmp_path, capsys):
+    temporary_checks("tmp_topic.ctrlc.a", _passing)
+    temporary_checks("tmp_topic.ctrlc.b", _passing)
+    report = tmp_path / "rep"
+    assert cli.main(["tmp_topic.ctrlc", "--report", str(report), "--quiet"]) == 0
+    before = snapshot(report)
+    capsys.readouterr()
+    temporary_checks("tmp_topic.ctrlc.c", _interrupt)
+    status = cli.main(["tmp_topic.ctrlc", "--report", str(report), "--quiet"])
+    captured = capsys.readouterr()
+    assert status == 130
+    assert snapshot(report) == before                          # byte-identical
+    [line] = captured.err.splitlines()
+    assert line.startswith("interrupted: ") and "untouched" in line
+    assert captured.out.splitlines()[-1].startswith("PARTIAL (interrupted): 2 passed, 0 failed")
+    partial = tmp_path / "rep-partial"
+    data = json.loads((partial / "results.json").read_text())
+    assert data["partial"] is True and len(data["results"]) == 2
+    md = (partial / "report.md").read_text()
+    assert md.startswith("# Verification report: PARTIAL (interrupted)")
+    assert "**PARTIAL (interrupted): 2 passed, 0 failed" in md
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep", "rep-partial"]
+    # a second interrupted run replaces the partial report, never the complete one
+    assert cli.main(["tmp_topic.ctrlc", "--report", str(report), "--quiet"]) == 130
+    capsys.readouterr()
+    assert snapshot(report) == before
+    assert json.loads((partial / "results.json").read_text())["partial"] is True
+
+
+def test_ctrl_c_without_a_previous_report_writes_a_partial_one_in_place(
+        temporary_checks, tmp_path, capsys):
+    temporary_checks("tmp_topic.ctrlc.a", _passing)
+    temporary_checks("tmp_topic.ctrlc.b", _interrupt)
+    report = tmp_path / "rep"
+    assert cli.main(["tmp_topic.ctrlc", "--report", str(report), "--quiet"]) == 130
+    capsys.readouterr()
+    data = json.loads((report / "results.json").read_text())
+    assert data["partial"] is True and [r["id"] for r in data["results"]] == ["tmp_topic.ctrlc.a"]
+    # a complete run then replaces the partial report
+    assert cli.main(["tmp_topic.ctrlc.a", "--report", str(report), "--quiet"]) == 0
+    capsys.readouterr()
+    assert json.loads((report / "results.json").read_text())["partial"] is False
+
+
+def test_ctrl_c_while_drawing_figures_keeps_the_numbers(temporary_checks, tmp_path, monkeypatch,
+                                                         capsys):
+    report_mod = importlib.import_module("verify.report")
+
+    def drawn(ctx):
+        out = _passing(ctx)
+        out.figures = {"line": {"kind": "lines", "series": [{"x": [0, 1], "y": [1, 2]}]}}
+        return out
+
+    temporary_checks("tmp_topic.ctrlc.drawn", drawn)
+    report = tmp_path / "rep"
+    report.mkdir()
+    (report / "results.json").write_text(json.dumps({"metadata": {}, "results": []}))
+    before = snapshot(report)
+    monkeypatch.setattr(report_mod, "_have_matplotlib", lambda: True)
+    monkeypatch.setattr(report_mod, "render_figure", lambda spec, path: _interrupt(None))
+    status = cli.main(["tmp_topic.ctrlc.drawn", "--report", str(report), "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 130 and "Traceback" not in err and len(err.splitlines()) == 1
+    assert snapshot(report) == before
+    partial = tmp_path / "rep-partial"
+    assert json.loads((partial / "results.json").read_text())["partial"] is True
+    assert "figures were not drawn" in (partial / "report.md").read_text()
+    assert not (partial / "figures").exists()
+
+
+def test_ctrl_c_at_start_up_is_one_line(monkeypatch, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "registered_checks", interrupted)
+    assert cli.main(["all", "--report", ""]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_folder_that_changes_during_the_run_keeps_the_new_report_aside(
+        temporary_checks, tmp_path, capsys):
+    report = tmp_path / "rep"
+
+    def meddling(ctx):  # someone files notes into the report folder while the run goes on
+        report.mkdir(exist_ok=True)
+        (report / "notes.txt").write_text("mine")
+        return _passing(ctx)
+
+    temporary_checks("tmp_topic.report.meddling", meddling)
+    assert cli.main(["tmp_topic.report.meddling", "--report", str(report), "--quiet"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --report: cannot replace") and "kept in" in line
+    assert [p.name for p in report.iterdir()] == ["notes.txt"]
+    [aside] = [p for p in tmp_path.iterdir() if p.name.startswith("rep.unsaved-")]
+    assert json.loads((aside / "results.json").read_text())["results"][0]["status"] == "passed"

@@ -115,3 +115,85 @@ def test_short_formatting():
     assert report.short(0.123456) == "0.1235"
     assert report.short([1.0, 2.0]) == "[1, 2]"
     assert report.short([[1.0, -3.0, 0.0], [0.0, 1.0, 0.0]]) == "2×3 array, max abs 3"
+
+
+# -- several seeds, partial runs ------------------------------------------------------
+def test_format_seeds():
+    assert report.format_seeds([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+    assert report.format_seeds([9, 3, 3]) == "3, 9"
+    assert report.format_seeds([]) == ""
+
+
+def test_pass_rates_over_seeds():
+    runs = [result("t.a.x", seed=0, discrepancy=0.5, tolerance=1.0),
+            result("t.a.y", seed=0, passed=False, discrepancy=float("nan"),
+                   tolerance=float("nan"), error="boom"),
+            result("t.a.x", seed=1, passed=False, discrepancy=3.0, tolerance=1.0),
+            result("t.a.y", seed=1, discrepancy=0.0, tolerance=1.0),
+            result("t.a.x", seed=2, discrepancy=0.9, tolerance=1.0)]
+    x, y = report.pass_rates(runs)
+    assert (x["id"], x["passed"], x["run"], x["failed_seeds"]) == ("t.a.x", 2, 3, [1])
+    assert (x["worst_ratio"], x["worst_seed"]) == (3.0, 1)
+    assert report.worst_text(x) == "3 (seed 1)" and report.rate_text(x) == "2/3"
+    assert y["failed_seeds"] == [0] and report.worst_text(y) == "nan (seed 0)"  # a crash is worst
+
+
+def test_report_over_several_seeds(tmp_path):
+    runs = [result("topic_a.part.mc", seed=s, passed=s != 1) for s in (0, 1, 2)]
+    report.write_report(runs, tmp_path, profile="quick", seed=None, device="cpu", seconds=1.0,
+                        seeds=[0, 1, 2])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["metadata"]["seeds"] == [0, 1, 2] and data["metadata"]["seed"] is None
+    assert [r["seed"] for r in data["results"]] == [0, 1, 2]
+    assert data["pass_rates"][0]["failed_seeds"] == [1]
+    md = (tmp_path / "report.md").read_text()
+    assert "seeds 0-2" in md and "| `topic_a.part.mc` | 2/3 | 1 |" in md
+    assert len(set(re.findall(r'<a id="([^"]+)"', md))) == 3          # one anchor per run
+    assert "**passed at 2 of 3 seeds** (failed at seeds 1)" in md.split("## Errata")[1]
+
+
+def test_partial_report_is_marked(tmp_path):
+    report.write_report(synthetic()[:1], tmp_path, profile="quick", seed=0, device="cpu",
+                        seconds=1.0, partial=True)
+    assert json.loads((tmp_path / "results.json").read_text())["partial"] is True
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# Verification report: PARTIAL (interrupted)")
+    assert "**PARTIAL (interrupted): 1 passed, 0 failed in 1.0 s**" in md
+    assert report.report_kind(tmp_path) == "partial"
+
+
+def test_report_folder_kinds_and_refusals(tmp_path):
+    assert report.report_kind(tmp_path / "missing") == "missing"
+    assert report.report_kind(tmp_path) == "empty"
+    report.write_report(synthetic()[1:2], tmp_path / "rep", profile="quick", seed=0,
+                        device="cpu", seconds=0.0)
+    assert report.report_kind(tmp_path / "rep") == "report"
+    (tmp_path / "rep" / "mine.txt").write_text("keep")
+    assert report.report_kind(tmp_path / "rep") == "other"
+    with pytest.raises(ValueError, match="^out_dir: .* overwrite=True"):
+        report.write_report(synthetic(), tmp_path / "rep", profile="quick", seed=0,
+                            device="cpu", seconds=0.0)
+    report.write_report(synthetic()[:1], tmp_path / "rep", profile="quick", seed=0,
+                        device="cpu", seconds=0.0, overwrite=True)
+    assert (tmp_path / "rep" / "mine.txt").read_text() == "keep"
+    (tmp_path / "afile").write_text("x")
+    for bad in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        with pytest.raises(ValueError, match="is a file, not a folder"):
+            report.ReportFolder(bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "rep"]  # no staging left
+
+
+def test_a_report_is_moved_into_place_only_when_complete(tmp_path, monkeypatch):
+    report.write_report(synthetic()[1:2], tmp_path / "rep", profile="quick", seed=0,
+                        device="cpu", seconds=0.0)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "rep").iterdir()}
+
+    def broken(*args, **kw):
+        raise RuntimeError("markdown failed")
+
+    monkeypatch.setattr(report, "_markdown", broken)
+    with pytest.raises(RuntimeError):
+        report.write_report(synthetic(), tmp_path / "rep", profile="quick", seed=0,
+                            device="cpu", seconds=0.0)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "rep").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]

@@ -1,5 +1,13 @@
-"""``python -m verify``: see :mod:`verify.cli`."""
+"""``python -m verify``: see :mod:`verify.cli`. Ctrl-C while starting up exits with status
+130 and one line, like Ctrl-C during a run."""
 
-from .cli import main
+import sys
 
-raise SystemExit(main())
+try:
+    from .cli import main
+
+    status = main()
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    status = 130
+raise SystemExit(status)

@@ -12,8 +12,22 @@ run ID [ID ...]
 
 Each run prints a results table (id, pass/FAIL, discrepancy, tolerance, seconds) and a
 summary line, and writes ``results.json``, ``report.md`` and figures to ``--report``.
+
+``--seeds 0-19`` (or ``0,3,5`` or ``2-4,9``) runs the selected checks once per seed, one
+after another in this process, and adds a pass-rate table per check (passed/run, the
+seeds that failed, the worst discrepancy/tolerance); ``results.json`` holds every
+(check, seed) result. ``--seed`` and ``--seeds`` do not go together.
+
+The report folder is checked before the first check runs. The report is written into a
+staging folder next to it and moved into place when complete, so a previous report is
+replaced only by a finished one. A folder that holds anything but a previous report is
+refused unless ``--overwrite`` is given (which replaces only ``results.json``,
+``report.md`` and ``figures/``). Ctrl-C stops the run: the checks that finished go to a
+report marked ``PARTIAL (interrupted)``, written into the folder only if it holds no
+complete report, else into ``<folder>-partial``.
+
 Exit status: 0 when every check passed (skipped checks do not count), 1 when any
-failed, 2 for a usage error.
+failed, 2 for a usage error (one ``error: ...`` line), 130 when interrupted.
 
 Examples
 --------
@@ -22,6 +36,7 @@ Examples
     python -m verify list
     python -m verify all --profile quick --seed 0
     python -m verify linear_attention.merged --report out/
+    python -m verify localization.softmax --seeds 0-19 --report sweep/
     python -m verify all --profile full --device cuda
 """
 
@@ -29,24 +44,110 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 import time
 from typing import Callable, Iterable
 
 from .check import CheckResult, PROFILES, checks, run_check
-from .report import status_of
+from .report import (ReportFolder, format_seeds, partial_destination, pass_rates, rate_text,
+                     sigint_deferred, status_of, worst_text, write_files)
 
-__all__ = ["main", "select"]
+__all__ = ["main", "select", "parse_seeds", "run_checks"]
 
 _COMMANDS = ("list", "all", "run")
+#: The most seeds one ``--seeds`` may name.
+MAX_SEEDS = 10_000
 
 
 class _UsageError(ValueError):
     """Bad command-line input; printed as one ``error: ...`` line, exit status 2."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose mistakes raise ``ValueError`` with one line naming the option
+    (no usage block); ``missing`` words the message for missing positional arguments."""
+
+    def __init__(self, *args, missing: str = "a required argument is missing", **kw):
+        super().__init__(*args, **kw)
+        self.missing = missing
+
+    def error(self, message: str):
+        """argparse's hook for a mistake: raise instead of printing usage and exiting."""
+        raise _UsageError(one_line(message, self.missing))
+
+
+def one_line(message: str, missing: str) -> str:
+    """An argparse message as ``OPTION: problem`` (or ``missing`` for a missing argument)."""
+    message = " ".join(message.split())
+    m = re.match(r"argument ([^:/\s]+)(?:/\S+)?: (.*)", message)
+    if m:
+        return f"{m[1]}: {m[2]}"
+    if message.startswith("the following arguments are required"):
+        return missing
+    m = re.match(r"unrecognized arguments: (\S+)", message)
+    if m:
+        word = m[1]
+        if word.startswith("-"):
+            return f"{word.split('=', 1)[0]}: unknown option (see --help)"
+        return f"unexpected argument {word!r} (see --help)"
+    return message
+
+
+def _seed_arg(text: str) -> int:
+    """``--seed``: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """The seeds of a ``--seeds`` spec, ascending and without repeats.
+
+    ``"0-19"`` (a range, both ends included), ``"0,3,5"``, ``"2-4,9"``; spaces around the
+    items are allowed. An empty spec or item, a descending range, a negative seed or
+    anything but integers raises ``ValueError`` naming ``--seeds``; so does a spec naming
+    more than :data:`MAX_SEEDS` seeds.
+    """
+    text = spec.strip()
+    if not text:
+        raise ValueError("--seeds: empty; give seeds such as 0-19, 0,3,5 or 2-4,9")
+    seeds: set[int] = set()
+    for item in (part.strip() for part in text.split(",")):
+        lo, hi = _seed_item(item, spec)
+        if hi - lo + 1 + len(seeds) > MAX_SEEDS:
+            raise ValueError(f"--seeds: {spec!r} names more than {MAX_SEEDS} seeds")
+        seeds.update(range(lo, hi + 1))
+    return sorted(seeds)
+
+
+def _seed_item(item: str, spec: str) -> tuple[int, int]:
+    """One item of a ``--seeds`` spec as the range (first, last)."""
+    if not item:
+        raise ValueError(f"--seeds: empty item in {spec!r}")
+    m = re.fullmatch(r"([0-9]+)(?:\s*-\s*([0-9]+))?", item)
+    if not m:
+        if item.startswith("-") or re.fullmatch(r"[0-9]+\s*-\s*-.*", item):
+            raise ValueError(f"--seeds: seeds must be >= 0, got {item!r}")
+        raise ValueError(f"--seeds: expected integers or ranges such as 2-4, got {item!r}")
+    try:
+        lo = int(m[1])
+        hi = int(m[2]) if m[2] is not None else lo
+    except ValueError:  # more digits than int() takes
+        raise ValueError(f"--seeds: {item!r} is not an integer seed") from None
+    if hi < lo:
+        raise ValueError(f"--seeds: descending range {item!r} (write {hi}-{lo})")
+    return lo, hi
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
+        missing="command: missing; give list, all, run or a check id "
+                "(see 'python -m verify --help')",
         prog="python -m verify",
         usage="python -m verify [options] {list,all,run} [ID ...]\n"
               "       python -m verify [options] ID [ID ...]",
@@ -58,9 +159,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="check ids or id prefixes (with 'run' or on their own)")
     p.add_argument("--profile", choices=PROFILES, default="quick",
                    help="quick: minutes on a laptop (default); full: the papers' sizes")
-    p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
+    p.add_argument("--seed", type=_seed_arg, default=None, help="run seed (default 0)")
+    p.add_argument("--seeds", metavar="SPEC", default=None,
+                   help="run once per seed: 0-19, 0,3,5 or 2-4,9 (not with --seed)")
     p.add_argument("--report", metavar="DIR", default="verify-report",
                    help="report folder (default verify-report; '' writes no report)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write the report into a folder that holds other files too")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="device for torch checks (default cpu)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
@@ -104,10 +209,12 @@ def _is_check_pattern(word: str, registered: list) -> bool:
 # -- progress -----------------------------------------------------------------------
 class _Progress:
     """An outer bar over checks and nested bars for long loops (tqdm on a terminal),
-    or one log line per check on stderr, or nothing (--quiet)."""
+    or one log line per check on stderr, or nothing (--quiet). ``show_seed``: name the
+    seed of each run (a run over several seeds)."""
 
-    def __init__(self, total: int, quiet: bool):
+    def __init__(self, total: int, quiet: bool, show_seed: bool = False):
         self.quiet = quiet
+        self.show_seed = show_seed
         self.bar = None
         self._tqdm = None
         if not quiet and sys.stderr.isatty():
@@ -134,16 +241,17 @@ class _Progress:
 
         return wrap
 
-    def start(self, check_id: str) -> None:
+    def start(self, label: str) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(check_id, refresh=True)
+            self.bar.set_postfix_str(label, refresh=True)
 
     def finish(self, res: CheckResult) -> None:
         self.done += 1
         if self.bar is not None:
             self.bar.update(1)
         elif not self.quiet:
-            print(f"[{self.done}/{self.total}] {status_word(res):7s} {res.id} "
+            seed = f" seed {res.seed}" if self.show_seed else ""
+            print(f"[{self.done}/{self.total}] {status_word(res):7s} {res.id}{seed} "
                   f"({res.seconds:.1f} s)", file=sys.stderr, flush=True)
 
     def close(self) -> None:
@@ -181,35 +289,54 @@ def _num(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _print_results(results: list[CheckResult], seconds: float, out) -> None:
-    header = ("id", "result", "discrepancy", "tolerance", "seconds")
-    rows = [(r.id, status_word(r), _num(r.discrepancy), _num(r.tolerance), f"{r.seconds:.1f}")
-            for r in results]
+def _print_results(results: list[CheckResult], seconds: float, out, *,
+                   seeds: list[int] | None = None, partial: bool = False) -> None:
+    """The results table, the failure notes, the pass-rate table (``seeds``) and the summary."""
+    multi = len({r.seed for r in results}) > 1
+    header = ("id", "seed", "result", "discrepancy", "tolerance", "seconds")
+    rows = [(r.id, str(r.seed), status_word(r), _num(r.discrepancy), _num(r.tolerance),
+             f"{r.seconds:.1f}") for r in results]
+    right = (False, True, False, True, True, True)
+    if not multi:  # one seed: the table as without --seeds
+        header, right = header[:1] + header[2:], right[:1] + right[2:]
+        rows = [row[:1] + row[2:] for row in rows]
     if rows:
-        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-        right = (False, False, True, True, True)
-
-        def line(row):
-            return "  ".join(c.rjust(w) if r else c.ljust(w)
-                             for c, w, r in zip(row, widths, right)).rstrip()
-
-        print(line(header), file=out)
-        print(line(["-" * w for w in widths]), file=out)
-        for row in rows:
-            print(line(row), file=out)
+        _print_table(header, rows, right, out)
         notes = []
         for r in results:
             word = status_word(r)
+            at = f" (seed {r.seed})" if multi else ""
             if word == "skipped":
-                notes.append(f"skipped {r.id}: {r.details['skipped']}")
+                notes.append(f"skipped {r.id}{at}: {r.details['skipped']}")
             elif word == "FAIL":
-                notes.append(f"FAIL {r.id}: {_why_failed(r)}")
+                notes.append(f"FAIL {r.id}{at}: {_why_failed(r)}")
         if notes:
             print("", file=out)
             for n in notes:
                 print(n, file=out)
         print("", file=out)
-    print(summary_line(results, seconds), file=out)
+    if seeds is not None and results:
+        print(f"pass rate over seeds {format_seeds(seeds)}:", file=out)
+        rate_rows = [(e["id"], rate_text(e), format_seeds(e["failed_seeds"]) or "-",
+                      worst_text(e)) for e in pass_rates(results)]
+        _print_table(("id", "passed/run", "failed at seeds", "worst discrepancy/tolerance"),
+                     rate_rows, (False, True, False, True), out)
+        print("", file=out)
+    print(summary_line(results, seconds, partial=partial), file=out)
+
+
+def _print_table(header: tuple, rows: list[tuple], right: tuple, out) -> None:
+    """Columns padded to their widest cell; ``right`` says which are right-aligned."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(row):
+        return "  ".join(c.rjust(w) if r else c.ljust(w)
+                         for c, w, r in zip(row, widths, right)).rstrip()
+
+    print(line(header), file=out)
+    print(line(["-" * w for w in widths]), file=out)
+    for row in rows:
+        print(line(row), file=out)
 
 
 def _why_failed(r: CheckResult) -> str:
@@ -225,13 +352,19 @@ def _why_failed(r: CheckResult) -> str:
     return "; ".join(parts) or r.criterion
 
 
-def summary_line(results: list[CheckResult], seconds: float) -> str:
-    """``N passed, M failed[, K skipped] in S s``."""
+def summary_line(results: list[CheckResult], seconds: float, *, partial: bool = False) -> str:
+    """``N passed, M failed[, K skipped] in S s``, led by ``PARTIAL (interrupted): `` for an
+    interrupted run; over several seeds N, M and K count runs (check, seed)."""
     words = [status_word(r) for r in results]
     line = f"{words.count('pass')} passed, {words.count('FAIL')} failed"
     if words.count("skipped"):
         line += f", {words.count('skipped')} skipped"
-    return f"{line} in {seconds:.1f} s"
+    n_seeds = len({r.seed for r in results})
+    if n_seeds > 1:
+        n_checks = len({r.id for r in results})
+        line += f" ({n_checks} check{'s' if n_checks > 1 else ''} x {n_seeds} seeds)"
+    line = f"{line} in {seconds:.1f} s"
+    return f"PARTIAL (interrupted): {line}" if partial else line
 
 
 # -- commands -----------------------------------------------------------------------
@@ -258,80 +391,200 @@ def _check_device(device: str) -> None:
         raise _UsageError("--device: cuda requested but torch.cuda.is_available() is False")
 
 
-def run_checks(selected: list, *, profile: str, seed: int, device: str, quiet: bool,
-               report: str | None) -> int:
-    """Run ``selected`` checks, print the table, write the report; the exit status."""
-    progress = _Progress(len(selected), quiet)
+def _run_all(selected: list, seeds: list[int], *, profile: str, device: str,
+             quiet: bool) -> tuple[list[CheckResult], float, bool]:
+    """Run every selected check at every seed (seed by seed); stops at Ctrl-C.
+
+    Returns the results of the runs that finished, the wall time and whether the run was
+    interrupted.
+    """
+    multi = len(seeds) > 1
+    progress = _Progress(len(selected) * len(seeds), quiet, show_seed=multi)
     results: list[CheckResult] = []
     t0 = time.perf_counter()
     interrupted = False
     try:
-        for chk in selected:
-            progress.start(chk.id)
-            reason = chk.available()
-            if reason:
-                res = skipped_result(chk, reason, profile=profile, seed=seed)
-            else:
-                res = run_check(chk, profile=profile, seed=seed, device=device,
-                                progress=progress.nested())
-            results.append(res)
-            progress.finish(res)
+        for seed in seeds:
+            for chk in selected:
+                progress.start(f"{chk.id} (seed {seed})" if multi else chk.id)
+                reason = chk.available()
+                if reason:
+                    res = skipped_result(chk, reason, profile=profile, seed=seed)
+                else:
+                    res = run_check(chk, profile=profile, seed=seed, device=device,
+                                    progress=progress.nested())
+                results.append(res)
+                progress.finish(res)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         progress.close()
-    seconds = time.perf_counter() - t0
+    return results, time.perf_counter() - t0, interrupted
 
-    _print_results(results, seconds, sys.stdout)
-    if report:
-        from .report import write_report
 
-        try:
-            paths = write_report(results, report, profile=profile, seed=seed, device=device,
-                                 seconds=seconds)
-        except OSError as exc:
-            print(f"error: --report: cannot write {report!r} ({exc})", file=sys.stderr)
-            return 2
-        if not quiet:
-            print(f"report: {paths['report.md']}", file=sys.stderr)
-    if interrupted:
-        print("interrupted: the table and report hold the checks that finished",
+def run_checks(selected: list, *, profile: str, seed: int = 0, device: str, quiet: bool,
+               report: str | None, seeds: list[int] | None = None,
+               overwrite: bool = False) -> int:
+    """Run ``selected`` checks (once per seed of ``seeds``, else at ``seed``), print the
+    table and write the report; returns the exit status.
+
+    The report folder is checked before the first check runs (status 2 if it cannot take
+    the report). Ctrl-C during the checks gives status 130 and a report marked partial
+    (see :func:`_save_partial`).
+    """
+    try:
+        folder = ReportFolder(report, overwrite=overwrite, param="--report") if report else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        results, seconds, interrupted = _run_all(
+            selected, [seed] if seeds is None else seeds, profile=profile, device=device,
+            quiet=quiet)
+        _print_results(results, seconds, sys.stdout, seeds=seeds, partial=interrupted)
+        settings = dict(profile=profile, seed=seed if seeds is None else None, device=device,
+                        seconds=seconds, seeds=seeds)
+        if folder is not None and not interrupted:
+            try:
+                status = _save_complete(folder, results, settings, quiet)
+            except KeyboardInterrupt:  # while drawing figures: keep the numbers
+                interrupted = True
+            else:
+                if status:
+                    return status
+        if interrupted:
+            return _interrupted(folder, results, settings)
+        return 1 if any(status_word(r) == "FAIL" for r in results) else 0
+    finally:
+        if folder is not None:
+            folder.discard()
+
+
+def _save_complete(folder: ReportFolder, results: list, settings: dict, quiet: bool) -> int:
+    """Write the finished run's report and move it into place; 0, or 2 when it cannot (a
+    report that is complete but cannot be moved into place is kept beside the folder)."""
+    try:
+        write_files(results, folder.staging, **settings)
+    except OSError as exc:
+        print(f"error: --report: cannot write {folder.shown!r} ({exc})", file=sys.stderr)
+        return 2
+    try:
+        target = folder.commit()
+    except (OSError, ValueError) as exc:  # the folder changed during the run
+        aside = folder.set_aside()
+        kept = f"; the report is kept in {str(aside)!r}" if aside else ""
+        print(f"error: --report: cannot replace {folder.shown!r} ({exc}){kept}",
               file=sys.stderr)
+        return 2
+    if not quiet:
+        print(f"report: {target / 'report.md'}", file=sys.stderr)
+    return 0
+
+
+def _interrupted(folder: ReportFolder | None, results: list, settings: dict) -> int:
+    """After Ctrl-C: save what finished as a partial report (if any); one line; status 130."""
+    if folder is None:
+        print("interrupted", file=sys.stderr)
         return 130
-    return 1 if any(status_word(r) == "FAIL" for r in results) else 0
+    folder.discard()
+    print(f"interrupted: {_save_partial(folder, results, settings)}", file=sys.stderr)
+    return 130
+
+
+def _save_partial(folder: ReportFolder, results: list, settings: dict) -> str:
+    """Write the report of an interrupted run, marked partial, where it replaces no complete
+    report (:func:`verify.report.partial_destination`); returns what happened, in words.
+
+    Figures are drawn unless Ctrl-C comes again, in which case the report is written
+    without them, with Ctrl-C held.
+    """
+    if not results:
+        return "no check had finished; no report written"
+    dest = partial_destination(folder.target)
+    if dest is None:
+        return (f"no partial report written: {folder.shown!r} and its '-partial' folder "
+                "hold other reports or files, left untouched")
+    try:
+        _write_partial(dest, results, settings, figures=True)
+    except KeyboardInterrupt:
+        with sigint_deferred():
+            _write_partial(dest, results, settings, figures=False)
+    except (OSError, ValueError) as exc:
+        return f"no partial report written ({exc})"
+    if dest == folder.target:
+        return f"partial report of the {len(results)} finished runs in {folder.shown!r}"
+    return (f"partial report of the {len(results)} finished runs in "
+            f"{folder.shown.rstrip('/') + '-partial'!r}; the report in {folder.shown!r} is "
+            "untouched")
+
+
+def _write_partial(dest, results: list, settings: dict, *, figures: bool) -> None:
+    """Write a report marked partial into ``dest`` (through a staging folder)."""
+    partial = ReportFolder(dest, param="--report")
+    try:
+        write_files(results, partial.staging, partial=True, figures=figures, **settings)
+        partial.commit()
+    finally:
+        partial.discard()
+
+
+def _parse(argv: list[str] | None):
+    """The parsed arguments, with ``seeds`` (a list or None) and ``seed`` checked."""
+    args = _parser().parse_intermixed_args(argv)
+    if args.seeds is not None:
+        if args.seed is not None:
+            raise _UsageError("--seeds: cannot be combined with --seed (give one of them)")
+        try:
+            args.seeds = parse_seeds(args.seeds)
+        except ValueError as exc:
+            raise _UsageError(str(exc)) from None
+    if args.seed is None:
+        args.seed = 0
+    return args
+
+
+def _selection(args, registered: list) -> list:
+    """The checks named on the command line (the ``list`` command is handled before)."""
+    if args.command == "all":
+        if args.ids:
+            raise _UsageError("all: takes no ids (use 'run ID ...' or plain ids)")
+        return registered
+    if args.command == "run":
+        if not args.ids:
+            raise _UsageError("run: give at least one check id or id prefix")
+        return select(args.ids, registered)
+    if _is_check_pattern(args.command, registered):
+        return select([args.command, *args.ids], registered)
+    raise _UsageError(f"command: expected list, all, run or a check id, got "
+                      f"{args.command!r} (see 'python -m verify list')")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 pass, 1 a check failed, 2 usage)."""
-    parser = _parser()
+    """Run the command line; returns the exit status (0 pass, 1 a check failed, 2 usage,
+    130 interrupted)."""
     try:
-        args = parser.parse_intermixed_args(argv)
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
-        return int(exc.code or 0)
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    """:func:`main` without the Ctrl-C guard: parse, select, check the device, run."""
     try:
+        args = _parse(argv)
         registered = registered_checks()
         if args.command == "list":
             if args.ids:
                 raise _UsageError("list: takes no ids")
             return _cmd_list(registered, sys.stdout)
-        if args.command == "all":
-            if args.ids:
-                raise _UsageError("all: takes no ids (use 'run ID ...' or plain ids)")
-            selected = registered
-        elif args.command == "run":
-            if not args.ids:
-                raise _UsageError("run: give at least one check id or id prefix")
-            selected = select(args.ids, registered)
-        elif _is_check_pattern(args.command, registered):
-            selected = select([args.command, *args.ids], registered)
-        else:
-            raise _UsageError(f"command: expected list, all, run or a check id, got "
-                              f"{args.command!r} (see 'python -m verify list')")
-        if args.seed < 0:
-            raise _UsageError(f"--seed: must be >= 0, got {args.seed}")
+        selected = _selection(args, registered)
         _check_device(args.device)
+    except SystemExit as exc:  # argparse --help
+        return int(exc.code or 0)
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return run_checks(selected, profile=args.profile, seed=args.seed, device=args.device,
-                      quiet=args.quiet, report=args.report)
+                      quiet=args.quiet, report=args.report, seeds=args.seeds,
+                      overwrite=args.overwrite)

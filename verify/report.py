@@ -3,15 +3,27 @@
 :func:`write_report` writes, into one folder,
 
 ``results.json``
-    ``{"metadata": {...}, "summary": {...}, "results": [...]}``: library versions,
-    platform, device, seed, profile and date; one record per check
+    ``{"partial": bool, "metadata": {...}, "summary": {...}, "results": [...]}``: library
+    versions, platform, device, seed, profile and date; one record per check and seed
     (:meth:`verify.check.CheckResult.as_json` plus ``status``: passed, failed or skipped).
+    A run over several seeds (``--seeds``) records ``metadata["seeds"]`` and adds
+    ``pass_rates`` (one entry per check). ``partial`` is true for a run stopped with Ctrl-C.
 ``report.md``
-    The metadata and summary; one table per topic (the first two components of the check
-    id, e.g. ``linear_attention.merged``); each check's criterion, negative controls and
-    details; the errata of the registered closed forms with the checks that cover them.
+    The metadata and summary (marked ``PARTIAL (interrupted)`` for a stopped run); the pass
+    rate of each check over the seeds (with ``--seeds``); one table per topic (the first two
+    components of the check id, e.g. ``linear_attention.merged``); each check's criterion,
+    negative controls and details; the errata of the registered closed forms with the
+    checks that cover them.
 ``figures/<check-id>-<name>.png``
-    One PNG per figure spec returned by a check (when matplotlib is installed).
+    One PNG per figure spec returned by a check (when matplotlib is installed); a run over
+    several seeds names them ``<check-id>-seed<seed>-<name>.png``.
+
+Nothing is written into the folder until the report is complete: :class:`ReportFolder`
+checks the folder before a run, the files are written into a staging folder next to it,
+and :meth:`ReportFolder.commit` moves them into place (a previous report is replaced only
+then). A folder holding anything other than a previous report is refused unless
+``overwrite`` is given; even then only ``results.json``, ``report.md`` and ``figures/`` are
+replaced.
 
 Figure specs (``Outcome.figures``: name -> spec)
 ------------------------------------------------
@@ -32,6 +44,7 @@ Heat maps, e.g. a measured matrix next to the predicted one (one shared colour s
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib.metadata
 import importlib.util
@@ -40,20 +53,35 @@ import math
 import os
 import platform
 import re
+import shutil
+import signal
 import sys
+import tempfile
 import textwrap
+import threading
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["write_report", "metadata", "source_commit", "render_figure", "group_of", "paper_heading",
-           "status_of"]
+__all__ = ["write_report", "write_files", "metadata", "source_commit", "render_figure",
+           "group_of", "paper_heading", "status_of", "pass_rates", "format_seeds", "rate_text",
+           "worst_text",
+           "ReportFolder", "report_kind", "partial_destination", "sigint_deferred"]
+
+#: The entries of a report folder.
+REPORT_FILES = ("results.json", "report.md")
+FIGURES = "figures"
 
 _PACKAGES = ("numpy", "scipy", "sympy", "mpmath", "torch", "matplotlib")
 
 
 # -- metadata -----------------------------------------------------------------------
-def metadata(*, profile: str, seed: int, device: str) -> dict:
-    """Versions, platform and run settings recorded with every report."""
+def metadata(*, profile: str, seed: int | None, device: str,
+             seeds: list[int] | None = None) -> dict:
+    """Versions, platform and run settings recorded with every report.
+
+    ``seeds`` (a run over several seeds) is recorded as ``seeds``; ``seed`` is then the
+    single seed when there is one, else None.
+    """
     versions = {"python": platform.python_version()}
     for name in _PACKAGES:
         if importlib.util.find_spec(name) is None:
@@ -79,6 +107,9 @@ def metadata(*, profile: str, seed: int, device: str) -> dict:
         "cpu_count": os.cpu_count(),
         "commit": source_commit(),
     }
+    if seeds is not None:
+        meta["seeds"] = list(seeds)
+        meta["seed"] = seeds[0] if len(seeds) == 1 else None
     torch = sys.modules.get("torch")
     if device == "cuda" and torch is not None:
         try:
@@ -215,65 +246,397 @@ def _anchor(check_id: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "", check_id.lower().replace(" ", "-"))
 
 
+
+# -- seeds --------------------------------------------------------------------------
+def format_seeds(seeds: Iterable[int]) -> str:
+    """Seeds as short ranges, e.g. ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2, 5, 7-8"``."""
+    parts: list[str] = []
+    run: list[int] = []
+    for s in sorted(set(seeds)):
+        if run and s == run[-1] + 1:
+            run.append(s)
+            continue
+        if run:
+            parts.append(_seed_run(run))
+        run = [s]
+    if run:
+        parts.append(_seed_run(run))
+    return ", ".join(parts)
+
+
+def _seed_run(run: list[int]) -> str:
+    """Consecutive seeds as ``a`` or ``a-b``."""
+    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
+
+
+def _ratio(res) -> float:
+    """discrepancy / tolerance of one result; NaN when either is missing or not a number."""
+    try:
+        d, t = float(res.discrepancy), float(res.tolerance)
+    except (TypeError, ValueError):
+        return math.nan
+    if math.isnan(d) or math.isnan(t):
+        return math.nan
+    if t == 0:
+        return 0.0 if d == 0 else math.inf
+    return d / t
+
+
+def pass_rates(results: Iterable) -> list[dict]:
+    """One entry per check (first-run order) over the seeds it ran at.
+
+    Each entry: ``id``, ``passed``, ``run`` (runs not skipped), ``skipped``, ``failed_seeds``,
+    ``worst_ratio`` (the largest discrepancy / tolerance; NaN, the worst, when a run
+    crashed or had no numbers) and ``worst_seed``.
+    """
+    rates: dict[str, dict] = {}
+    for r in results:
+        e = rates.setdefault(r.id, {"id": r.id, "passed": 0, "run": 0, "skipped": 0,
+                                    "failed_seeds": [], "worst_ratio": None,
+                                    "worst_seed": None})
+        st = status_of(r)
+        if st == "skipped":
+            e["skipped"] += 1
+            continue
+        e["run"] += 1
+        if st == "passed":
+            e["passed"] += 1
+        else:
+            e["failed_seeds"].append(r.seed)
+        ratio = _ratio(r)
+        if e["worst_ratio"] is None or _worse(ratio, e["worst_ratio"]):
+            e["worst_ratio"], e["worst_seed"] = ratio, r.seed
+    return list(rates.values())
+
+
+def _worse(a: float, b: float) -> bool:
+    """Whether ratio ``a`` is worse than ``b`` (NaN counts as the worst)."""
+    if math.isnan(b):
+        return False
+    return math.isnan(a) or a > b
+
+
+# -- the report folder --------------------------------------------------------------
+@contextlib.contextmanager
+def sigint_deferred():
+    """Hold Ctrl-C (SIGINT) while the block runs; raise KeyboardInterrupt after it if one came.
+
+    For the few renames that move a finished report or archive record into place, so that
+    they are not left half done. Outside the main thread (where signals cannot be caught)
+    the block runs unprotected.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def report_kind(path, ignore: Iterable[str] = ()) -> str:
+    """What ``path`` holds: ``missing``, ``empty``, ``report``, ``partial`` (the report of an
+    interrupted run), ``other`` (a folder with anything else in it) or ``file``. Entries
+    named in ``ignore`` are left out.
+
+    A report is a folder holding a ``results.json`` written by :func:`write_report` and
+    nothing but ``report.md`` and ``figures/`` (PNG files) besides.
+    """
+    path = Path(path)
+    if not path.exists():
+        return "file" if path.is_symlink() else "missing"
+    if not path.is_dir():
+        return "file"
+    names = {p.name for p in path.iterdir()} - set(ignore)
+    if not names:
+        return "empty"
+    if "results.json" not in names or not names <= {*REPORT_FILES, FIGURES}:
+        return "other"
+    if any(n in names and not (path / n).is_file() for n in REPORT_FILES):
+        return "other"
+    fig_dir = path / FIGURES
+    if FIGURES in names and not (fig_dir.is_dir() and all(
+            p.is_file() and p.suffix == ".png" for p in fig_dir.iterdir())):
+        return "other"
+    try:
+        doc = json.loads((path / "results.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return "other"
+    if not (isinstance(doc, dict) and isinstance(doc.get("metadata"), dict)
+            and isinstance(doc.get("results"), list)):
+        return "other"
+    return "partial" if doc.get("partial") is True else "report"
+
+
+def partial_destination(target) -> Path | None:
+    """Where the report of an interrupted run goes without replacing a complete report.
+
+    ``target`` itself when it is missing, empty or holds an earlier partial report, else
+    the folder ``<target>-partial`` under the same conditions, else None.
+    """
+    target = Path(os.path.abspath(target))
+    for cand in (target, target.with_name(target.name + "-partial")):
+        if report_kind(cand) in ("missing", "empty", "partial"):
+            return cand
+    return None
+
+
+class ReportFolder:
+    """A report folder, checked before a run and replaced in one step after it.
+
+    Creating one checks that ``path`` can take a report (not a file, not under a file, not
+    a folder of other files unless ``overwrite``, writable) and makes a staging folder next
+    to it on the same file system (inside it when its parent is not writable). Write the
+    report into :attr:`staging`, then call :meth:`commit`; :meth:`discard` removes the
+    staging folder (call it in a ``finally``). Bad folders raise ``ValueError`` naming
+    ``param``.
+    """
+
+    def __init__(self, path, *, overwrite: bool = False, param: str = "out_dir"):
+        self.shown = str(path)
+        self.param = param
+        self.overwrite = overwrite
+        self.target = Path(os.path.abspath(path))
+        self.kind = self._check_target()
+        self.staging = self._make_staging()
+
+    def _fail(self, problem: str) -> ValueError:
+        """The error for this folder: ``<param>: '<path>' <problem>``."""
+        return ValueError(f"{self.param}: {self.shown!r} {problem}")
+
+    def _check_target(self) -> str:
+        """The folder's :func:`report_kind` (staging left out); raises if it cannot take a
+        report."""
+        staging = getattr(self, "staging", None)
+        try:
+            kind = report_kind(self.target, ignore=[staging.name] if staging else [])
+        except OSError as exc:
+            raise self._fail(f"cannot be read ({exc.strerror or exc})") from None
+        if kind == "file":
+            raise self._fail("is a file, not a folder")
+        if kind == "other" and not self.overwrite:
+            hint = "--overwrite" if self.param.startswith("--") else "overwrite=True"
+            raise self._fail("holds files that are not a verify report; choose another folder "
+                             f"or pass {hint} (only results.json, report.md and figures/ "
+                             "are replaced)")
+        if kind == "missing":
+            ancestor = self.target.parent
+            while not ancestor.exists():
+                ancestor = ancestor.parent
+            if not ancestor.is_dir():
+                raise ValueError(f"{self.param}: {str(ancestor)!r} is a file, not a folder")
+        return kind
+
+    def _make_staging(self) -> Path:
+        """Create the staging folder: beside the target (same file system), else inside it."""
+        parent = self.target.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._fail(f"cannot be created ({exc.strerror or exc})") from None
+        places = [parent]
+        if self.kind != "missing":
+            self._probe(self.target)
+            if os.stat(parent).st_dev != os.stat(self.target).st_dev:
+                places = [self.target]  # a mount point: stage on its file system
+            else:
+                places.append(self.target)
+        error = None
+        for place in places:
+            try:
+                return Path(tempfile.mkdtemp(prefix=f".{self.target.name}.writing-",
+                                             dir=place))
+            except OSError as exc:
+                error = exc
+        raise self._fail(f"cannot be written ({error.strerror or error})")
+
+    def _probe(self, folder: Path) -> None:
+        """Fail unless a file can be created in ``folder`` (and removed again)."""
+        try:
+            fd, name = tempfile.mkstemp(prefix=".verify-probe-", dir=folder)
+            os.close(fd)
+            os.unlink(name)
+        except OSError as exc:
+            raise self._fail(f"cannot be written ({exc.strerror or exc})") from None
+
+    def commit(self) -> Path:
+        """Move the staged report into place; returns the report folder.
+
+        A missing folder is renamed into place in one step; otherwise ``figures/``,
+        ``results.json`` and ``report.md`` are swapped in one after another with Ctrl-C
+        held, and the previous figures are removed afterwards.
+        """
+        kind = self._check_target()
+        with sigint_deferred():
+            if kind == "missing":
+                os.rename(self.staging, self.target)
+                return self.target
+            old_figures = self.target / FIGURES
+            if old_figures.exists() or old_figures.is_symlink():
+                os.rename(old_figures, self.staging / ".previous-figures")
+            if (self.staging / FIGURES).exists():
+                os.rename(self.staging / FIGURES, self.target / FIGURES)
+            for name in REPORT_FILES:
+                os.replace(self.staging / name, self.target / name)
+        self.discard()
+        return self.target
+
+    def set_aside(self) -> Path | None:
+        """Keep the staged report as ``<folder>.unsaved-<UTC time>`` beside the folder (when
+        it could not be moved into place); returns where, or None if that failed too."""
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        aside = self.staging.parent / f"{self.target.name}.unsaved-{stamp}"
+        try:
+            os.rename(self.staging, aside)
+        except OSError:
+            return None
+        return aside
+
+    def discard(self) -> None:
+        """Remove the staging folder (and the previous figures moved into it), if still there."""
+        if self.staging.is_dir():
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+
 # -- report -------------------------------------------------------------------------
-def write_report(results: Iterable, out_dir, *, profile: str, seed: int, device: str,
-                 seconds: float) -> dict[str, Path]:
-    """Write ``results.json``, ``report.md`` and figures into ``out_dir``.
+_PARTIAL = "PARTIAL (interrupted)"
+
+
+def write_report(results: Iterable, out_dir, *, profile: str, seed: int | None, device: str,
+                 seconds: float, seeds: list[int] | None = None, partial: bool = False,
+                 overwrite: bool = False) -> dict[str, Path]:
+    """Write ``results.json``, ``report.md`` and figures into ``out_dir``, all or nothing.
+
+    The files are written into a staging folder next to ``out_dir`` and moved into place
+    when complete (:class:`ReportFolder`), so a previous report there is replaced only by
+    a finished one.
 
     Parameters
     ----------
     results : iterable of verify.check.CheckResult
-        The checks of one run, in run order.
+        The checks of one run, in run order (one result per check and seed).
     out_dir : str or Path
-        Folder to write (created if missing).
+        Folder to write (created if missing). It may hold a previous report; a folder with
+        anything else in it raises ``ValueError`` unless ``overwrite``.
     profile, seed, device : str, int, str
         The run's settings, recorded in the metadata.
     seconds : float
         Wall time of the whole run.
+    seeds : list of int, optional
+        The seeds of a run over several seeds (``--seeds``): adds the pass-rate table.
+    partial : bool
+        The run was interrupted: the report is marked ``PARTIAL (interrupted)``.
+    overwrite : bool
+        Write into a folder that holds other files too (only the report's own entries are
+        replaced).
 
     Returns
     -------
     dict
         ``{"results.json": path, "report.md": path, "figures": [paths]}``.
     """
+    folder = ReportFolder(out_dir, overwrite=overwrite, param="out_dir")
+    try:
+        paths = write_files(results, folder.staging, profile=profile, seed=seed,
+                            device=device, seconds=seconds, seeds=seeds, partial=partial)
+        target = folder.commit()
+    finally:
+        folder.discard()
+    return {"results.json": target / "results.json", "report.md": target / "report.md",
+            "figures": [target / FIGURES / p.name for p in paths["figures"]]}
+
+
+def write_files(results: Iterable, out_dir, *, profile: str, seed: int | None, device: str,
+                seconds: float, seeds: list[int] | None = None, partial: bool = False,
+                figures: bool = True) -> dict[str, Path]:
+    """Write the report's files straight into ``out_dir`` (a staging folder).
+
+    Same parameters as :func:`write_report`; ``figures=False`` skips drawing (the report
+    says so). ``results.json`` is written first, so the numbers are safe before the figures
+    are drawn.
+    """
     results = list(results)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    meta = metadata(profile=profile, seed=seed, device=device)
+    meta = metadata(profile=profile, seed=seed, device=device, seeds=seeds)
     statuses = [status_of(r) for r in results]
     summary = {"passed": statuses.count("passed"), "failed": statuses.count("failed"),
                "skipped": statuses.count("skipped"), "seconds": round(float(seconds), 3)}
+    rates = pass_rates(results) if seeds is not None else None
 
     records = []
     for r, st in zip(results, statuses):
         rec = r.as_json()
         rec["status"] = st
         records.append(rec)
-    doc = _clean({"metadata": meta, "summary": summary, "results": records})
+    doc = {"partial": bool(partial), "metadata": meta, "summary": summary}
+    if rates is not None:
+        doc["pass_rates"] = rates
+    doc["results"] = records
     json_path = out / "results.json"
-    _write_atomic(json_path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    _write_atomic(json_path, json.dumps(_clean(doc), indent=2, allow_nan=False) + "\n")
 
-    figures, figure_notes = _render_all(results, out)
+    multi = len({r.seed for r in results}) > 1
+    drawn, figure_notes = _render_all(results, out, multi) if figures else ({}, {})
+    view = _View(multi=multi, partial=partial, figures_skipped=not figures, rates=rates)
     md_path = out / "report.md"
-    _write_atomic(md_path, _markdown(results, statuses, meta, summary, figures, figure_notes))
+    _write_atomic(md_path, _markdown(results, statuses, meta, summary, drawn, figure_notes,
+                                     view))
     return {"results.json": json_path, "report.md": md_path,
-            "figures": [p for ps in figures.values() for _, p in ps]}
+            "figures": [p for ps in drawn.values() for _, p in ps]}
 
 
-def _summary_text(summary: dict) -> str:
+class _View:
+    """How the Markdown shows a run: several seeds, partial, figures skipped, pass rates."""
+
+    def __init__(self, *, multi: bool = False, partial: bool = False,
+                 figures_skipped: bool = False, rates: list[dict] | None = None):
+        self.multi = multi
+        self.partial = partial
+        self.figures_skipped = figures_skipped
+        self.rates = rates
+
+    def key(self, r) -> str:
+        """What tells one run from another: the check id, plus the seed over several seeds."""
+        return f"{r.id} (seed {r.seed})" if self.multi else r.id
+
+    def anchor(self, r) -> str:
+        """The HTML anchor of a run's section in report.md."""
+        return _anchor(f"{r.id}-seed{r.seed}" if self.multi else r.id)
+
+
+def _summary_text(summary: dict, partial: bool = False) -> str:
     s = f"{summary['passed']} passed, {summary['failed']} failed"
     if summary["skipped"]:
         s += f", {summary['skipped']} skipped"
-    return f"{s} in {summary['seconds']:.1f} s"
+    s = f"{s} in {summary['seconds']:.1f} s"
+    return f"{_PARTIAL}: {s}" if partial else s
 
 
-def _markdown(results, statuses, meta, summary, figures, figure_notes) -> str:
+def _seed_words(meta: dict) -> str:
+    """``seed 3`` or ``seeds 0-19`` for the report's summary line."""
+    if meta.get("seeds") is not None and len(meta["seeds"]) > 1:
+        return f"seeds {format_seeds(meta['seeds'])}"
+    return f"seed {meta['seed']}"
+
+
+def _markdown(results, statuses, meta, summary, figures, figure_notes,
+              view: _View | None = None) -> str:
+    view = view or _View()
     L: list[str] = []
     add = L.append
-    add("# Verification report")
+    add(f"# Verification report: {_PARTIAL}" if view.partial else "# Verification report")
     add("")
-    add(f"**{_summary_text(summary)}** (profile `{meta['profile']}`, seed {meta['seed']}, "
-        f"device `{meta['device']}`)")
+    if view.partial:
+        add(f"**{_PARTIAL}.** The run was stopped with Ctrl-C; only the checks that finished "
+            "are listed" + (", and figures were not drawn." if view.figures_skipped else "."))
+        add("")
+    add(f"**{_summary_text(summary, view.partial)}** (profile `{meta['profile']}`, "
+        f"{_seed_words(meta)}, device `{meta['device']}`)")
     add("")
     add("| | |")
     add("|---|---|")
@@ -281,6 +644,8 @@ def _markdown(results, statuses, meta, summary, figures, figure_notes) -> str:
     for key in ("profile", "seed", "device", "toolkit", "cuda_device"):
         if meta.get(key) is not None:
             add(f"| {key} | {_cell(meta[key])} |")
+    if meta.get("seeds") is not None:
+        add(f"| seeds | {format_seeds(meta['seeds'])} |")
     add("| versions | " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + " |")
     add(f"| platform | {_cell(meta['platform'])} ({meta['cpu_count']} CPUs) |")
     add("")
@@ -291,6 +656,8 @@ def _markdown(results, statuses, meta, summary, figures, figure_notes) -> str:
     if not results:
         add("No checks were run.")
         add("")
+    if view.rates is not None and results:
+        L.extend(_pass_rate_section(view.rates))
 
     groups: dict[str, list] = {}
     try:
@@ -300,7 +667,8 @@ def _markdown(results, statuses, meta, summary, figures, figure_notes) -> str:
     except ImportError:
         order = {}
     for r, st in sorted(zip(results, statuses),
-                        key=lambda x: (order.get(x[0].id.split(".")[0], len(order)), x[0].id)):
+                        key=lambda x: (order.get(x[0].id.split(".")[0], len(order)), x[0].id,
+                                       x[0].seed)):
         groups.setdefault(paper_heading(r.id), []).append((r, st))
 
     for group, items in groups.items():
@@ -317,7 +685,8 @@ def _markdown(results, statuses, meta, summary, figures, figure_notes) -> str:
             mvp = (f"skipped: {r.details['skipped']}" if st == "skipped"
                    else f"{short(r.measured)} vs {short(r.predicted)}")
             mark = {"passed": "pass", "failed": "**FAIL**", "skipped": "skipped"}[st]
-            add(f"| [`{r.id}`](#{_anchor(r.id)}) | {covers} | {r.method} | {_cell(mvp)} | "
+            seed = f" (seed {r.seed})" if view.multi else ""
+            add(f"| [`{r.id}`](#{view.anchor(r)}){seed} | {covers} | {r.method} | {_cell(mvp)} | "
                 f"{_fmt(r.discrepancy)} | {_fmt(r.tolerance)} | {mark} | {r.seconds:.1f} |")
         add("")
 
@@ -325,14 +694,43 @@ def _markdown(results, statuses, meta, summary, figures, figure_notes) -> str:
         add("## Criteria, negative controls and details")
         add("")
         for r, st in zip(results, statuses):
-            L.extend(_check_section(r, st, figures.get(r.id, []), figure_notes.get(r.id, [])))
+            key = view.key(r)
+            L.extend(_check_section(r, st, figures.get(key, []), figure_notes.get(key, []),
+                                    view))
 
-    L.extend(_errata_section(results, statuses))
+    L.extend(_errata_section(results, statuses, view))
     return "\n".join(L).rstrip() + "\n"
 
 
-def _check_section(r, st, figs, notes) -> list[str]:
-    L = [f'<a id="{_anchor(r.id)}"></a>', "", f"### {r.id}", ""]
+def _pass_rate_section(rates: list[dict]) -> list[str]:
+    """The pass rate of each check over the seeds of the run."""
+    L = ["## Pass rate over seeds", "",
+         "| check | passed / run | failed at seeds | worst discrepancy / tolerance |",
+         "|---|---:|---|---:|"]
+    for e in rates:
+        L.append(f"| `{e['id']}` | {rate_text(e)} | {format_seeds(e['failed_seeds']) or '–'} "
+                 f"| {worst_text(e)} |")
+    return L + [""]
+
+
+def rate_text(e: dict) -> str:
+    """``passed/run`` of a pass-rate entry (``skipped`` when it never ran)."""
+    if not e["run"]:
+        return "skipped"
+    return f"{e['passed']}/{e['run']}" + (f" ({e['skipped']} skipped)" if e["skipped"] else "")
+
+
+def worst_text(e: dict) -> str:
+    """The worst discrepancy / tolerance of a pass-rate entry and its seed."""
+    if e["worst_ratio"] is None:
+        return "–"
+    value = "nan" if math.isnan(e["worst_ratio"]) else f"{e['worst_ratio']:.3g}"
+    return f"{value} (seed {e['worst_seed']})"
+
+
+def _check_section(r, st, figs, notes, view: _View | None = None) -> list[str]:
+    view = view or _View()
+    L = [f'<a id="{view.anchor(r)}"></a>', "", f"### {view.key(r)}", ""]
     if r.title:
         L += [r.title, ""]
     L.append(f"- result: **{st}**; method `{r.method}`; {r.seconds:.2f} s; seed {r.seed}, "
@@ -364,11 +762,25 @@ def _check_section(r, st, figs, notes) -> list[str]:
         L.append(f"- figure not drawn: {note}")
     L.append("")
     for name, path in figs:
-        L += [f"![{r.id}: {name}](figures/{path.name})", ""]
+        L += [f"![{view.key(r)}: {name}](figures/{path.name})", ""]
     return L
 
 
-def _errata_section(results, statuses) -> list[str]:
+def _verdict(runs: list, view: _View) -> str:
+    """How the runs of one check came out, for the errata section."""
+    if not view.multi or len(runs) == 1:
+        r, st = runs[0]
+        return (f"**{st}** (discrepancy {_fmt(r.discrepancy)} vs tolerance "
+                f"{_fmt(r.tolerance)})")
+    (e,) = pass_rates(r for r, _ in runs)
+    failed = format_seeds(e["failed_seeds"])
+    return (f"**passed at {e['passed']} of {e['run']} seeds**"
+            + (f" (failed at seeds {failed})" if failed else "")
+            + f"; worst discrepancy / tolerance {worst_text(e)}")
+
+
+def _errata_section(results, statuses, view: _View | None = None) -> list[str]:
+    view = view or _View()
     L = ["## Errata", ""]
     try:
         import theory
@@ -382,11 +794,13 @@ def _errata_section(results, statuses) -> list[str]:
     if not records:
         return L + ["No registered closed form carries an erratum.", ""]
     L += ["Closed forms whose printed form in the paper differs from the derived one.", ""]
-    by_id = {r.id: (r, st) for r, st in zip(results, statuses)}
+    by_id: dict[str, list] = {}
+    for r, st in zip(results, statuses):
+        by_id.setdefault(r.id, []).append((r, st))
     for cf in records:
         L += [f"### `{cf.id}`", "", f"{cf.title} ({cf.source}; {cf.status})", ""]
         L += [textwrap.fill(" ".join(cf.erratum.split()), 100), ""]
-        ran = [c for c in by_id if cf.id in by_id[c][0].covers]
+        ran = [c for c in by_id if cf.id in by_id[c][0][0].covers]
         not_run = [c.id for c in registered if cf.id in c.covers and c.id not in by_id]
         if not ran and not not_run:
             L += ["No check covers it.", ""]
@@ -394,9 +808,8 @@ def _errata_section(results, statuses) -> list[str]:
         L.append("Checks covering it:")
         L.append("")
         for cid in ran:
-            r, st = by_id[cid]
-            L.append(f"- [`{cid}`](#{_anchor(cid)}): **{st}** (discrepancy "
-                     f"{_fmt(r.discrepancy)} vs tolerance {_fmt(r.tolerance)})")
+            first = by_id[cid][0][0]
+            L.append(f"- [`{cid}`](#{view.anchor(first)}): {_verdict(by_id[cid], view)}")
         for cid in not_run:
             L.append(f"- `{cid}`: not run")
         L.append("")
@@ -408,17 +821,22 @@ def _errata_section(results, statuses) -> list[str]:
         for where, what in c.refutes:
             L += [f"### {where}", "", textwrap.fill(" ".join(what.split()), 100), ""]
             if c.id in by_id:
-                r, st = by_id[c.id]
-                L += [f"Decided by [`{c.id}`](#{_anchor(c.id)}): **{st}** (discrepancy "
-                      f"{_fmt(r.discrepancy)} vs tolerance {_fmt(r.tolerance)})", ""]
+                first = by_id[c.id][0][0]
+                L += [f"Decided by [`{c.id}`](#{view.anchor(first)}): "
+                      f"{_verdict(by_id[c.id], view)}", ""]
             else:
                 L += [f"Decided by `{c.id}`: not run", ""]
     return L
 
 
 # -- figures ------------------------------------------------------------------------
-def _render_all(results, out: Path):
-    """Draw every figure spec; returns ({check id: [(name, path)]}, {check id: [notes]})."""
+def _render_all(results, out: Path, multi: bool = False):
+    """Draw every figure spec; returns ({run: [(name, path)]}, {run: [notes]}).
+
+    A run is named by :meth:`_View.key`: its check id, plus its seed when ``multi`` (several
+    seeds; the file names then carry the seed too).
+    """
+    view = _View(multi=multi)
     drawn: dict[str, list] = {}
     notes: dict[str, list] = {}
     wanted = [r for r in results if getattr(r, "figures", None)]
@@ -427,14 +845,16 @@ def _render_all(results, out: Path):
     fig_dir = out / "figures"
     fig_dir.mkdir(exist_ok=True)
     for r in wanted:
+        key = view.key(r)
+        stem = f"{_slug(r.id)}-seed{r.seed}" if multi else _slug(r.id)
         for name, spec in r.figures.items():
-            path = fig_dir / f"{_slug(r.id)}-{_slug(str(name))}.png"
+            path = fig_dir / f"{stem}-{_slug(str(name))}.png"
             try:
                 render_figure(spec, path)
             except (KeyError, TypeError, ValueError, IndexError) as exc:
-                notes.setdefault(r.id, []).append(f"{name}: {type(exc).__name__}: {exc}")
+                notes.setdefault(key, []).append(f"{name}: {type(exc).__name__}: {exc}")
                 continue
-            drawn.setdefault(r.id, []).append((str(name), path))
+            drawn.setdefault(key, []).append((str(name), path))
     return drawn, notes
 
 
