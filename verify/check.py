@@ -48,13 +48,17 @@ _CHECKS: dict[str, "Check"] = {}
 class Control:
     """A negative control: a wrong form (or convention) the check must reject.
 
-    ``rejected`` is ``discrepancy > tolerance`` unless given.
+    ``rejected`` is ``discrepancy > tolerance`` unless given. ``expected``: the statistic the
+    wrong form is expected to give (for a z-test, |wrong - true| / standard error at the
+    sample size used), stated so that a reader can see the control could not pass by chance:
+    it should be far above ``tolerance``.
     """
 
     name: str
     discrepancy: float
     tolerance: float
     rejected: bool | None = None
+    expected: float | None = None
 
     def __post_init__(self):
         if self.rejected is None:

@@ -750,7 +750,9 @@ def _check_section(r, st, figs, notes, view: _View | None = None) -> list[str]:
         L.append("- negative controls:")
         for c in r.controls:
             verdict = "rejected" if c.get("rejected") else "**NOT rejected**"
-            L.append(f"  - {c.get('name')}: discrepancy {_fmt(c.get('discrepancy'))} vs "
+            expected = (f" (expected {_fmt(c['expected'])})" if c.get("expected") is not None
+                        else "")
+            L.append(f"  - {c.get('name')}: discrepancy {_fmt(c.get('discrepancy'))}{expected} vs "
                      f"tolerance {_fmt(c.get('tolerance'))}: {verdict}")
     else:
         L.append("- negative controls: none")
