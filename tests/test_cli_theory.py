@@ -130,6 +130,46 @@ MORE_BAD = {
                            "--dps"),
     "dps < 1": (["eval", HAT_SQ, "--json", '{"Lambda": [1], "N": 2}', "--backend", "mpmath",
                  "--dps", "0"], "--dps"),
+    "dps > 1000": (["eval", HAT_SQ, "--json", '{"Lambda": [1], "N": 2}', "--backend", "mpmath",
+                    "--dps", "1000000"], "--dps"),
+    "dps not an integer": (["eval", HAT_SQ, "--json", '{"Lambda": [1], "N": 2}', "--backend",
+                            "mpmath", "--dps", "2.5"], "--dps"),
+    "dps a word": (["eval", HAT_SQ, "--backend", "mpmath", "--dps", "abc"], "--dps"),
+    "backend torch": (["eval", HAT_SQ, "--json", '{"Lambda": [1], "N": 2}', "--backend", "torch"],
+                      "--backend"),
+    "backend unknown": (["eval", HAT_SQ, "--backend", "bogus"], "--backend"),
+    "eval without id": (["eval"], "ID"),
+    "show without id": (["show"], "ID"),
+    "unknown option": (["eval", HAT_SQ, "--frobnicate"], "--frobnicate"),
+    "unknown command": (["evaluate", HAT_SQ], "COMMAND"),
+    "no command": ([], "COMMAND"),
+    "--json without a value": (["eval", HAT_SQ, "--json"], "--json"),
+    "JSON nested too deeply": (["eval", HAT_SQ, "--json", "[" * 100000], "--json"),
+    "index 1e30": (["eval", "linear_attention.merged.sigma", "--json",
+                    '{"t": 3, "tau": 1, "D": 1e30, "N": 31, "w_init": 0.01}'], "D"),
+    "index 10**400": (["eval", "linear_attention.data.lambda_hat_sq", "--json",
+                       '{"Lambda": [1, 0.5], "N": 1' + "0" * 400 + "}"], "N"),
+    "index 2**64": (["eval", "preconditioned_gd.multi_layer.optimal_steps", "--json",
+                     '{"n": 18446744073709551616, "d": 3, "L": 2}'], "n"),
+    "index 1e30 into zeta": (["eval", "linear_attention.ntp.saddle_loss", "--json",
+                              '{"Lambda": [1, 0.5], "N_max": 1e30, "m": 1}'], "N_max"),
+    "empty list for a scalar": (["eval", "linear_attention.merged.sigma", "--json",
+                                 '{"t": [], "tau": 1, "D": 4, "N": 31, "w_init": 0.01}'], "t"),
+    "empty nested list": (["eval", "linear_attention.merged.sigma", "--json",
+                           '{"t": 3, "tau": [[]], "D": 4, "N": 31, "w_init": 0.01}'], "tau"),
+    "empty list among matrices": (["eval", "localization.locater.grad_key", "--json",
+                                   '{"W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]], "kappa1": [], '
+                                   '"kappa2": 1}'], "kappa1"),
+    "shapes do not broadcast": (["eval", "linear_attention.merged.sigma", "--json",
+                                 '{"t": [[1, 2], [3, 4]], "tau": [1, 2, 3], "D": 4, "N": 31, '
+                                 '"w_init": 0.01}'], "tau"),
+    "JSON object as a subset": (["eval", "linear_attention.separate.subset_loss", "--json",
+                                 '{"Lambda": [1, 0.5, 0.2], "N": 5, "S": {"3": 0}}'], "S"),
+    "boolean in a list": (["eval", HAT_SQ, "--json", '{"Lambda": [true, 0.5], "N": 5}'], "Lambda"),
+    "numeric string": (["eval", HAT_SQ, "--json", '{"Lambda": [1, 0.5], "N": "5"}'], "N"),
+    "mpmath recursion too long": (["eval", "scan_snap.h.discrete", "--json",
+                                   '{"s": 10000000, "M": 30, "eta_Y": 1}', "--backend", "mpmath"],
+                                  "s"),
 }
 
 
@@ -151,3 +191,31 @@ def test_more_bad_input_in_process(args, param, capsys):
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {param}: "), captured.err
     assert captured.out == ""
+
+
+def test_help_still_exits_0(capsys):
+    assert cli.main(["eval", "-h"]) == 0
+    out = capsys.readouterr().out
+    assert "--dps DIGITS" in out and "1 to 1000" in out
+
+
+@pytest.mark.parametrize("cf_id, params, expected", [
+    # w_init^2 underflows: eq. 10 at t = 400 tau tends to 1/alpha = 31/36 (it printed "nan")
+    ("linear_attention.merged.sigma", {"t": 400, "tau": 1, "D": 4, "N": 31, "w_init": 1e-300}, 31 / 36),
+    # Corollary 1 at epsilon = 1e-300: about 1e300 (it printed "inf")
+    ("scan_snap.speed.convergence_steps", {"M": 1e9, "K": 1, "eta_Y": 1, "epsilon": 1e-300},
+     9.999999995e299),
+])
+def test_extreme_valid_input_prints_a_finite_value(cf_id, params, expected, capsys):
+    assert cli.main(["eval", cf_id, "--json", json.dumps(params)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    value = json.loads(captured.out)["value"]
+    assert isinstance(value, float) and value == pytest.approx(expected, rel=1e-14)
+
+
+def test_dps_at_the_bound_is_accepted(capsys):
+    assert cli.main(["eval", "linear_attention.data.lambda_hat_sq_eigenvalue", "--json",
+                     '{"lam": 1, "trLambda": 1, "N": 3}', "--backend", "mpmath", "--dps", "1000"]) == 0
+    value = json.loads(capsys.readouterr().out)["value"]
+    assert value.startswith("1.666666") and len(value) == 1001

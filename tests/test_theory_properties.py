@@ -148,7 +148,7 @@ def _mp(cf_id, **kw):
         return get(cf_id)("mpmath", **kw)
 
 
-log_w = st.floats(-60.0, -1.0)  # log10 w_init; below ~1e-77 white_loss overflows (see the extremes)
+log_w = st.floats(-300.0, -1.0)  # log10 w_init, down to where w_init^2 underflows (below ~1e-162)
 log_tau = st.floats(-3.0, 3.0)
 t_over_tau = st.floats(0.0, 1e3)
 big_N = st.integers(1, 10**6)
@@ -278,8 +278,8 @@ def check_extreme(cf_id, **kw):
     close(value, derived_reference(cf_id, **kw), 1e-10)
 
 
-T_EXTREME = [0.0, 1.0, 37.0, 1e3, 1e6]
-W_EXTREME = [0.3, 1e-3, 1e-40, 1e-100, 1e-150]
+T_EXTREME = [0.0, 1.0, 37.0, 345.0, 1e3, 1e6]  # 345: mid-rise at w_init = 1e-300 (D = 4)
+W_EXTREME = [0.3, 1e-3, 1e-40, 1e-100, 1e-150, 1e-200, 1e-300]
 N_EXTREME = [1, 31, 10**9]
 
 @pytest.mark.parametrize("t", T_EXTREME)

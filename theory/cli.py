@@ -16,8 +16,13 @@ eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
     as strings of that precision.
 
 Bad input (unknown id, missing or extra parameter, wrong shape, a covariance that is not
-symmetric positive definite, N < 1, NaN, malformed JSON) exits with status 2 and one line
-``error: <parameter>: <what is wrong>`` on stderr.
+symmetric positive definite, N < 1, NaN, malformed JSON, an unknown option or a bad option
+value) exits with status 2 and one line ``error: <parameter or option>: <what is wrong>`` on
+stderr.
+
+``--dps`` is at most 1000 digits: mpmath's cost grows faster than linearly with the precision
+(``--dps 10000`` takes seconds for a scalar form, ``--dps 100000`` minutes), and the checks
+need 50 to 100.
 
 Examples
 --------
@@ -43,14 +48,58 @@ import textwrap
 __all__ = ["main"]
 
 _DEFAULT_DPS = 50
+#: Largest --dps: enough for any check (they use 50 to 100 digits); mpmath's cost grows faster
+#: than linearly with the digits, so much larger values run for minutes.
+MAX_DPS = 1000
 
 
 class _UsageError(ValueError):
     """Bad input from the command line; printed as ``error: <message>``."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line ``<option>: <what is wrong>`` (raised as
+    :class:`_UsageError`, printed by :func:`main`) instead of a usage block and an exit."""
+
+    def error(self, message):
+        raise _UsageError(_one_line(message))
+
+
+def _one_line(message: str) -> str:
+    """argparse's message, led by the option or argument it is about.
+
+    ``argument --backend: invalid choice: ...`` -> ``--backend: invalid choice: ...``;
+    ``the following arguments are required: ID`` -> ``ID: required argument missing ...``;
+    ``unrecognized arguments: --x`` -> ``--x: unrecognized argument ...``."""
+    message = " ".join(message.split())
+    if message.startswith("argument "):
+        name, _, rest = message[len("argument "):].partition(": ")
+        return f"{name.split('/')[-1]}: {rest}"
+    if message.startswith("the following arguments are required: "):
+        names = message.split(": ", 1)[1]
+        return f"{names.split(',')[0].strip()}: required argument missing (see 'python -m theory -h')"
+    if message.startswith("unrecognized arguments: "):
+        args = message.split(": ", 1)[1]
+        return f"{args.split()[0]}: unrecognized argument (see 'python -m theory COMMAND -h')"
+    return f"command: {message}"
+
+
+def _dps(text: str) -> int:
+    """``--dps`` value: an integer from 1 to :data:`MAX_DPS`."""
+    try:
+        dps = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer number of digits, got {text!r}") from None
+    if dps < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {dps}")
+    if dps > MAX_DPS:
+        raise argparse.ArgumentTypeError(
+            f"must be <= {MAX_DPS} (mpmath's cost grows faster than linearly in the digits), got {dps}")
+    return dps
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m theory",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -76,9 +125,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="parameters as a JSON object, e.g. '{\"Lambda\": [1, 0.5], \"N\": 5}'")
     ev.add_argument("--backend", choices=("numpy", "mpmath"), default="numpy",
                     help="numpy (float64, default) or mpmath (arbitrary precision)")
-    ev.add_argument("--dps", type=int, default=None, metavar="DIGITS",
-                    help=f"mpmath decimal digits (default {_DEFAULT_DPS}); only with "
-                         "--backend mpmath")
+    ev.add_argument("--dps", type=_dps, default=None, metavar="DIGITS",
+                    help=f"mpmath decimal digits, 1 to {MAX_DPS} (default {_DEFAULT_DPS}); only with "
+                         "--backend mpmath. Capped because mpmath's cost grows faster than "
+                         "linearly in the digits (10000 digits take seconds, 100000 minutes)")
     return p
 
 
@@ -187,6 +237,8 @@ def _parse_params(text: str) -> dict:
         params = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _UsageError(f"--json: malformed JSON ({exc})") from None
+    except RecursionError:
+        raise _UsageError("--json: nested too deeply") from None
     if not isinstance(params, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null",
                 int: "a number", float: "a number"}.get(type(params), "a value")
@@ -205,8 +257,6 @@ def _cmd_eval(args, out) -> int:
         import mpmath
 
         dps = _DEFAULT_DPS if args.dps is None else args.dps
-        if dps < 1:
-            raise _UsageError(f"--dps: must be >= 1, got {dps}")
         with mpmath.workdps(dps):
             value = _mp_jsonable(cf("mpmath", **params), dps, cf.output)
     else:
@@ -266,10 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
-        return int(exc.code or 0)
-    try:
         return _COMMANDS[args.command](args, sys.stdout)
+    except SystemExit as exc:  # argparse: --help, --version (0)
+        return int(exc.code or 0)
     except ValueError as exc:  # bad input; messages start with the parameter's name
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

@@ -5,7 +5,9 @@ One emitter serves every closed form. Scalar parts go through sympy's own printe
 (``MatMul``, ``Trace``, ``Inverse``, ``Identity`` of symbolic size, Kronecker products,
 ``vec``) are printed as calls into a small linear-algebra namespace ``_la`` that each
 backend provides. sympy's stock printers do not handle symbolic-size identities or
-print some of these nodes wrongly, hence the mixin.
+print some of these nodes wrongly, hence the mixin. In numpy, ``exp`` of an
+``UnevaluatedExpr`` (how a stable rewrite marks an exponential that may overflow to inf on
+purpose, e.g. ``1/(1 + e^z)`` at large ``z``) is evaluated without the overflow warning.
 
 Functions are produced by :func:`emit` and cached by the caller
 (:class:`theory.registry.ClosedForm` keeps one per backend), never re-derived per call.
@@ -76,7 +78,12 @@ class _MatrixOps:
 
 
 class _NumpyPrinter(_MatrixOps, SciPyPrinter):
-    pass
+    def _print_exp(self, expr):
+        # exp of an UnevaluatedExpr: a stable rewrite's deliberate exponential whose overflow
+        # to inf gives the right limit (e.g. 1/(1 + e^z) -> 0); evaluated without the warning
+        if isinstance(expr.args[0], sp.UnevaluatedExpr):
+            return f"_la.exp_to_inf({self._print(expr.args[0])})"
+        return super()._print_exp(expr)
 
 
 class _MpmathPrinter(_MatrixOps, MpmathPrinter):
@@ -104,7 +111,15 @@ class _TorchPrinter(_MatrixOps, TorchPrinter):
 
 
 class _NumpyLA:
-    """Linear algebra for the numpy backend (float64 arrays)."""
+    """Linear algebra for the numpy backend (float64 arrays), and ``exp_to_inf``."""
+
+    @staticmethod
+    def exp_to_inf(x):
+        """np.exp where overflow to inf is intended (see ``_NumpyPrinter._print_exp``)."""
+        import numpy as np
+
+        with np.errstate(over="ignore"):
+            return np.exp(x)
 
     @staticmethod
     def mm(a, b):

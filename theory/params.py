@@ -13,8 +13,15 @@ Kinds
 ``matrix``
     A real D x D matrix (D fixed by a covariance parameter).
 ``index``
-    An integer >= ``low`` (e.g. a context length N >= 1). Integral floats such as
-    ``1e9`` are accepted.
+    An integer ``low <= n <= high`` (e.g. a context length N >= 1). Integral floats such as
+    ``1e9`` are accepted; normalised to a Python ``int``. ``high`` defaults to
+    :data:`INDEX_MAX` ``= 2**53``: every index is a count (a context length, a dimension, a
+    vocabulary size, a position), the numeric backends compute in float64, and beyond
+    ``2**53`` float64 no longer holds every integer (``2**53 + 1`` is not representable),
+    so a larger count could not be honoured; it is refused with ``ValueError`` naming the
+    parameter (also JSON ``1e30``, ``2**64`` or ``10**400``, which numpy cannot even hold as
+    a machine integer). The large-count behaviour of the closed forms is covered by their
+    limit records (e.g. ``*_limit``) and by values up to the bound.
 ``positive``
     A real scalar (or array, for vectorised evaluation) > 0.
 ``nonnegative``
@@ -31,6 +38,14 @@ Kinds
     A list of between 1 and ``high`` finite real numbers (e.g. the step sizes
     ``a_0, ..., a_{L-1}`` of L preconditioned-GD layers). Normalised to a tuple of floats;
     the closed form sees it zero-padded to length ``high`` through its ``derived`` values.
+
+Refused for every kind, naming the parameter: values that are not real numbers (booleans,
+also inside lists, where numpy would read ``True`` as 1.0; strings, also numeric ones such as
+``"5"``; ``None``, which numpy would read as NaN; dicts, i.e. JSON objects; dates; complex
+numbers), NaN and infinity, ragged nested lists, and numbers beyond float64 (``10**400``).
+A scalar parameter (``positive``, ``nonnegative``, ``real``) takes an array for vectorised
+evaluation, but not an empty one (``[]``, ``[[]]``); the arrays of one call must broadcast
+together (checked by :meth:`theory.registry.ClosedForm.validate`).
 """
 
 from __future__ import annotations
@@ -61,8 +76,8 @@ class Param:
     low : int
         Smallest allowed value of an ``index`` parameter.
     high : int or None
-        Largest allowed value of an ``index`` parameter, or the largest length of a
-        ``steps`` list (required for ``steps``).
+        Largest allowed value of an ``index`` parameter (None: :data:`INDEX_MAX` = 2**53), or
+        the largest length of a ``steps`` list (required for ``steps``).
     symbol : str or None
         Name in :func:`theory.symbols.sym` of the sympy symbol standing for this parameter,
         where it differs from ``name`` (e.g. Scan and Snap's vocabulary size ``M``, a scalar,
@@ -95,7 +110,8 @@ class Param:
         what = {
             "covariance": "D x D symmetric positive-definite matrix, or list of D positive eigenvalues",
             "matrix": "D x D real matrix",
-            "index": f"integer >= {self.low}" + (f" and <= {self.high}" if self.high is not None else ""),
+            "index": f"integer >= {self.low} and <= "
+                     + (str(self.high) if self.high is not None else "2**53"),
             "positive": "real > 0",
             "nonnegative": "real >= 0",
             "real": "finite real number",
@@ -110,16 +126,77 @@ def _fail(p: Param, msg: str) -> ValueError:
     return ValueError(f"{p.name}: {msg}")
 
 
+#: Default upper bound of an ``index`` parameter: the largest integer up to which float64
+#: represents every integer (the numeric backends compute in float64).
+INDEX_MAX = 2**53
+
+#: numpy dtype kinds that hold real numbers (signed and unsigned integers, floats); object arrays
+#: (Python ints beyond int64, Decimal, Fraction) are converted element by element.
+_NUMERIC_KINDS = "iuf"
+
+
+def _type_name(x: Any) -> str:
+    """What ``x`` is, in the words of a JSON user where there is one."""
+    if isinstance(x, (bool, np.bool_)):
+        return "a boolean"
+    if isinstance(x, str):
+        return "a string"
+    if x is None:
+        return "null (None)"
+    if isinstance(x, dict):
+        return "a JSON object (dict)"
+    return f"a {type(x).__name__}"
+
+
+_NOT_A_NUMBER = (bool, np.bool_, str, bytes, dict, set, np.datetime64, np.timedelta64, type(None))
+
+
+def _bad_element(x: Any) -> tuple[bool, Any]:
+    """``(True, entry)`` for the first entry of a (nested) list, tuple or object array that is
+    not a real number (a boolean, string, None, dict, set, date ...), else ``(False, None)``.
+    numpy would silently turn ``[True, 0.5]`` into ``[1.0, 0.5]`` and ``None`` into NaN."""
+    if isinstance(x, _NOT_A_NUMBER):
+        return True, x
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind != "O":
+            return False, None
+        x = x.ravel().tolist()
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            found, bad = _bad_element(v)
+            if found:
+                return True, bad
+    return False, None
+
+
 def _as_float_array(p: Param, value: Any) -> np.ndarray:
-    if isinstance(value, bool):
-        raise _fail(p, "expected a number, got a boolean")
+    """``value`` as a float64 array of finite entries; ``ValueError`` naming ``p`` for anything
+    that is not (an array of) real numbers: booleans (also inside lists), strings, None,
+    dicts, dates, complex numbers, ragged nested lists, integers beyond float64."""
+    found, bad = _bad_element(value)
+    if found:
+        where = "" if bad is value else "an entry that is "
+        raise _fail(p, f"expected real numbers, got {where}{_type_name(bad)}: {_short(bad)}")
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        raw = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        raise _fail(p, f"expected a rectangular array of real numbers, got {_short(value)}") from None
+    if raw.dtype.kind not in _NUMERIC_KINDS + "O":
+        raise _fail(p, f"expected real numbers, got {raw.dtype} values: {_short(value)}")
+    try:
+        arr = np.asarray(raw, dtype=np.float64)
+    except OverflowError:
+        raise _fail(p, f"too large for float64 (at most about 1.8e308), got {_short(value)}") from None
     except (TypeError, ValueError):
-        raise _fail(p, f"expected real numbers, got {value!r}") from None
+        raise _fail(p, f"expected real numbers, got {_short(value)}") from None
     if not np.all(np.isfinite(arr)):
         raise _fail(p, "contains NaN or infinity")
     return arr
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _covariance(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
@@ -165,23 +242,41 @@ def _fix_dim(p: Param, d: int, dims: dict[str, int]) -> None:
 
 
 def _index(p: Param, value: Any, dims: dict[str, int]) -> int:
-    if isinstance(value, bool):
+    if _is_torch(value) or isinstance(value, np.ndarray):
+        if value.ndim != 0:
+            raise _fail(p, f"expected an integer, got {_short(value)}")
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)):
         raise _fail(p, "expected an integer, got a boolean")
+    if isinstance(value, _NOT_A_NUMBER + (list, tuple, complex, np.complexfloating)):
+        raise _fail(p, f"expected an integer, got {_type_name(value)}: {_short(value)}")
     if isinstance(value, (int, np.integer)):
         n = int(value)
     else:
         try:
             x = float(value)
-        except (TypeError, ValueError):
-            raise _fail(p, f"expected an integer, got {value!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise _fail(p, f"expected an integer, got {_short(value)}") from None
         if not math.isfinite(x) or x != math.floor(x):
-            raise _fail(p, f"expected an integer, got {value!r}")
+            raise _fail(p, f"expected an integer, got {_short(value)}")
         n = int(x)
     if n < p.low:
-        raise _fail(p, f"must be >= {p.low}, got {n}")
+        raise _fail(p, f"must be >= {p.low}, got {_int_str(n)}")
     if p.high is not None and n > p.high:
-        raise _fail(p, f"must be <= {p.high}, got {n}")
+        raise _fail(p, f"must be <= {p.high}, got {_int_str(n)}")
+    if n > INDEX_MAX:
+        raise _fail(p, f"must be <= 2**53 = {INDEX_MAX} (a count beyond what float64 holds "
+                       f"exactly), got {_int_str(n)}")
     return n
+
+
+def _int_str(n: int) -> str:
+    """An integer for a message: in full up to 20 digits, else rounded (10**400 -> 1.000e+400;
+    formatting through float would overflow)."""
+    digits = str(abs(n))
+    if len(digits) <= 20:
+        return str(n)
+    return f"{'-' if n < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
 
 
 def _scalar(p: Param, value: Any, strict: bool):
@@ -191,18 +286,24 @@ def _scalar(p: Param, value: Any, strict: bool):
     else:
         arr = _as_float_array(p, value)
         out = float(arr) if arr.ndim == 0 else arr
+    if arr.size == 0:
+        raise _fail(p, f"expected a number or a non-empty array of numbers, got {_short(value)}")
     bad = arr <= 0 if strict else arr < 0
     if np.any(bad):
-        raise _fail(p, f"must be {'> 0' if strict else '>= 0'}, got {value!r}")
+        raise _fail(p, f"must be {'> 0' if strict else '>= 0'}, got {_short(value)}")
     return out
 
 
 def _real(p: Param, value: Any):
     if _is_torch(value):
-        _as_float_array(p, value.detach().cpu().numpy())
-        return value
-    arr = _as_float_array(p, value)
-    return float(arr) if arr.ndim == 0 else arr
+        arr = _as_float_array(p, value.detach().cpu().numpy())
+        out = value
+    else:
+        arr = _as_float_array(p, value)
+        out = float(arr) if arr.ndim == 0 else arr
+    if arr.size == 0:
+        raise _fail(p, f"expected a number or a non-empty array of numbers, got {_short(value)}")
+    return out
 
 
 def _vector(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
@@ -222,13 +323,16 @@ def _is_torch(value: Any) -> bool:
 
 
 def _subset(p: Param, value: Any, dims: dict[str, int]) -> tuple[int, ...]:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise _fail(p, f"expected a list of indices, got {value!r}")
-    out = []
-    for x in value:
-        out.append(_index(Param(p.name, "index", p.doc, low=1), x, dims))
+    if _is_torch(value):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise _fail(p, f"expected a list of indices, got an array of shape {value.shape}")
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise _fail(p, f"expected a list of indices, got {_type_name(value)}: {_short(value)}")
+    items = list(value)
+    out = [_index(Param(p.name, "index", p.doc, low=1), x, dims) for x in items]
     if len(set(out)) != len(out):
-        raise _fail(p, f"indices must be distinct, got {list(value)!r}")
+        raise _fail(p, f"indices must be distinct, got {_short(items)}")
     if "D" in dims and out and max(out) > dims["D"]:
         raise _fail(p, f"index {max(out)} exceeds D = {dims['D']}")
     return tuple(sorted(out))

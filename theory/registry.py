@@ -189,6 +189,7 @@ class ClosedForm:
         dims: dict = {}
         order = sorted(self.params, key=lambda p: p.kind != "covariance")
         values = {p.name: p.validate(kwargs[p.name], dims) for p in order}
+        _check_broadcast(self.params, values)
         if self.domain is not None:
             self.domain(values, dims)
         return values, dims
@@ -213,7 +214,7 @@ class ClosedForm:
             import numpy as np
 
             for p in self.params:
-                if p.kind in ("positive", "nonnegative") and np.ndim(values[p.name]) > 0:
+                if p.kind in SCALAR_KINDS and np.ndim(values[p.name]) > 0:
                     raise ValueError(f"{p.name}: the mpmath backend takes scalars, not arrays")
         if self.evaluate is not None and not printed:
             if backend not in ("numpy", "mpmath", "torch"):
@@ -236,11 +237,45 @@ class ClosedForm:
         return f"<ClosedForm {self.id} ({self.source}; {self.status})>"
 
 
-def _convert(value, backend):
+#: Parameter kinds that take a scalar or, for vectorised evaluation, an array.
+SCALAR_KINDS = ("positive", "nonnegative", "real")
+
+
+def _check_broadcast(params, values: dict) -> None:
+    """Arrays given for scalar parameters must broadcast together (numpy rules); otherwise
+    ``ValueError`` naming the parameter whose shape clashes with the ones before it."""
     import numpy as np
 
-    if backend == "numpy" or isinstance(value, tuple):  # tuples: index sets, used via derived args
+    seen: list[tuple[str, tuple]] = []
+    for p in params:
+        if p.kind not in SCALAR_KINDS:
+            continue
+        shape = tuple(np.shape(values[p.name]))
+        if not shape:
+            continue
+        try:
+            np.broadcast_shapes(*(s for _, s in seen), shape)
+        except ValueError:
+            others = ", ".join(f"{n} {s}" for n, s in seen)
+            raise ValueError(f"{p.name}: an array of shape {shape} does not broadcast with "
+                             f"{others} (vectorised parameters must have compatible shapes)") from None
+        seen.append((p.name, shape))
+
+
+def _convert(value, backend):
+    """A validated parameter value as the emitted function of ``backend`` takes it.
+
+    numpy: a scalar (an index is a Python ``int`` up to 2**53, a real a Python ``float``) becomes
+    a ``numpy.float64``, so that the emitted arithmetic runs in numpy float64: kept as ``int``,
+    powers such as ``T**3`` leave int64 at T = 2**22 and numpy then fails on the Python ``int``;
+    kept as ``float``, ``lam**2`` at lam = 1e300 raises OverflowError and ``1/x`` at an
+    underflowed x raises ZeroDivisionError, where numpy gives inf (with its RuntimeWarning)."""
+    import numpy as np
+
+    if isinstance(value, tuple):  # tuples: index sets, used via derived args
         return value
+    if backend == "numpy":
+        return np.float64(value) if isinstance(value, (int, float)) else value
     if backend == "mpmath":
         import mpmath
 

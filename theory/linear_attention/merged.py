@@ -229,16 +229,38 @@ def printed_sigma():
     return E / ((1 + (1 + D) / N) * (E - 1) + sp.sqrt(D) / w**2)
 
 
+def _log_c():
+    """ln c for c = alpha w_init^2/sqrt(D), the start sigma(0) = w_init^2/sqrt(D) in units of
+    sigma(inf) = 1/alpha, as a sum of logarithms: w_init^2 itself underflows to 0 below
+    w_init ~ 1e-162 while ln c stays finite."""
+    import sympy as sp
+
+    D, N, w = (_sym(n) for n in ("D", "N", "w_init"))
+    alpha = 1 + (1 + D) / N
+    return sp.log(alpha) + 2 * sp.log(w) - sp.log(D) / 2
+
+
+def _exp_unfolded(arg):
+    """exp(arg) with the argument kept whole: sympy would fold exp(x + ln c) back into
+    c e^x (reintroducing the underflowing w_init^2), so the argument is an UnevaluatedExpr."""
+    import sympy as sp
+
+    return sp.exp(sp.UnevaluatedExpr(arg))
+
+
 def stable_sigma():
-    """sigma = 1 / (alpha (1 - e^{-x}) + exp(log(sqrt(D)/w^2) - x)), x = 2 sqrt(D) t / tau:
-    finite for t up to 1e6 tau and w_init down to 1e-150 (no overflowing exponential)."""
+    """Eq. 10 as sigma = 1/(alpha (1 - e^{-x}) + exp(-x - ln c) alpha), x = 2 sqrt(D) t/tau,
+    with ln c from :func:`_log_c`: no w_init^2 (which underflows for w_init < ~1e-162, where the
+    printed form gives 0/0) and no e^{+x} (which overflows for t > ~350 tau/sqrt(D)). The
+    exponential is at most sqrt(D)/(alpha w_init^2), so sigma underflows to 0 only where its
+    true value is below ~1e-308."""
     import sympy as sp
     from sympy.codegen.cfunctions import expm1
 
-    t, tau, D, N, w = (_sym(n) for n in ("t", "tau", "D", "N", "w_init"))
+    t, tau, D, N = (_sym(n) for n in ("t", "tau", "D", "N"))
     x = 2 * sp.sqrt(D) * t / tau
     alpha = 1 + (1 + D) / N
-    return 1 / (-alpha * expm1(-x) + sp.exp(sp.log(sp.sqrt(D)) - 2 * sp.log(w) - x))
+    return 1 / (alpha * (-expm1(-x) + _exp_unfolded(-x - _log_c())))
 
 
 @cache
@@ -271,17 +293,20 @@ def printed_white_loss():
 
 
 def stable_white_loss():
-    """D (r^2/alpha + (alpha - 1)/alpha) with r = 1 - alpha sigma written without cancellation
-    or overflow: r = u (1 - c) / (u - c expm1(-x)), u = e^{-x}, c = alpha w_init^2/sqrt(D).
-    Every factor is bounded, so the square is finite for w_init down to 1e-150."""
+    """Eq. 51, L = D (r^2/alpha + (alpha - 1)/alpha) with r = 1 - alpha sigma, and r written
+    without cancellation, underflow or overflow: from eq. 10,
+    r = (1 - c)/(1 - c + exp(x + ln c)), c = alpha w_init^2/sqrt(D), x = 2 sqrt(D) t/tau.
+    c may underflow to 0 harmlessly (it only enters next to 1); ln c (:func:`_log_c`) is a sum of
+    logarithms, finite for w_init down to the smallest float; exp(x + ln c) may overflow to inf,
+    which gives the correct limit r = 0. So L is finite for every t >= 0 and w_init in
+    (0, 1e154]; larger w_init are refused (:func:`white_loss_domain`)."""
     import sympy as sp
-    from sympy.codegen.cfunctions import expm1
 
     t, tau, D, N, w = (_sym(n) for n in ("t", "tau", "D", "N", "w_init"))
     x = 2 * sp.sqrt(D) * t / tau
     alpha = 1 + (1 + D) / N
-    u, c = sp.exp(-x), alpha * w**2 / sp.sqrt(D)
-    r = sp.UnevaluatedExpr(u * (1 - c) / (u - c * expm1(-x)))  # squared as a whole: no underflow
+    c = alpha * w**2 / sp.sqrt(D)
+    r = sp.UnevaluatedExpr((1 - c) / (1 - c + _exp_unfolded(x + _log_c())))  # squared whole
     return D * (r**2 / alpha + ((1 + D) / N) / alpha)
 
 
@@ -379,6 +404,20 @@ def half_rise_domain(values: dict, dims: dict) -> None:
     if np.any(alpha * np.asarray(values["w_init"]) ** 2 >= np.sqrt(values["D"])):
         raise ValueError("w_init: half_rise_time needs (1 + (1+D)/N) w_init^2 < sqrt(D), "
                          "i.e. sigma(0) below sigma(infinity)")
+
+
+#: Largest w_init whose square is a finite float64 (eq. 51 needs c = alpha w_init^2/sqrt(D)).
+W_INIT_MAX_WHITE_LOSS = 1e154
+
+
+def white_loss_domain(values: dict, dims: dict) -> None:
+    """w_init^2 must be a finite float64: beyond w_init ~ 1.3e154 the start c of
+    :func:`stable_white_loss` is inf and r = (1 - c)/(1 - c + c e^x) is inf/inf."""
+    import numpy as np
+
+    if np.any(np.asarray(values["w_init"]) > W_INIT_MAX_WHITE_LOSS):
+        raise ValueError(f"w_init: must be <= {W_INIT_MAX_WHITE_LOSS:g} for white_loss (w_init^2 "
+                         f"overflows float64 beyond), got {values['w_init']!r}")
 
 
 def printed_half_rise_time():
@@ -545,6 +584,7 @@ register(ClosedForm(
     derive=derive_white_loss,
     printed=printed_white_loss,
     stable=stable_white_loss,
+    domain=white_loss_domain,
 ))
 
 register(ClosedForm(

@@ -24,8 +24,9 @@ Numerics
   which gives the exact implicit derivative.
 * ``h*(s)`` is iterated exactly, one step at a time (no acceleration is exact, and Lemma 7's
   ``0 <= h* - h <= 2 eta_Y/M`` is only a bound). The step count is limited to
-  :data:`S_MAX` ``= 10**7`` (about 2 s in float64 for a scalar ``eta_Y``; mpmath at 50 digits takes
-  about 10 us per step); larger ``s`` raise ``ValueError("s: ...")``.
+  :data:`S_MAX` ``= 10**7`` (about 2 s in float64 for a scalar ``eta_Y``); larger ``s`` raise
+  ``ValueError("s: ...")``. mpmath takes about 14 us per step at 50 digits and 0.5 ms at 1000,
+  so there ``s * mp.dps`` is limited to :data:`MPMATH_DIGIT_STEPS` (``s <= 500000`` at 50 digits).
 
 The speed control coefficient (defined before Lemma 9, eq. 85 with a ceiling) and its integral
 (eqs. 125-128) live here too, under ids ``scan_snap.speed.*``, because they are functions of
@@ -59,6 +60,10 @@ __all__ = ["S_MAX", "trajectory", "u_of_t", "h_continuous", "gamma_of_t", "lambe
 PAPER = "Tian et al. 2023"
 #: Largest step count the discrete recursion is iterated to.
 S_MAX = 10**7
+#: mpmath budget of the recursion: s * mp.dps at most this many digit-steps (s <= 500000 at 50
+#: digits, about 7 s; s <= 25000 at 1000 digits, about 13 s): a step costs about 14 us at 50 digits
+#: and 0.5 ms at 1000, so S_MAX steps would take minutes to hours.
+MPMATH_DIGIT_STEPS = 25 * 10**6
 
 M_P = Param("M", "index", "Vocabulary size M (the output softmax size), M >= 2.", low=2, symbol="M_vocab")
 M4_P = Param("M", "index", "Vocabulary size M >= 4 (for M <= 3, exp(M h) > (M-1) M h for every h: "
@@ -454,6 +459,19 @@ def derive_convergence_steps():
     return _sym("K") * _t_of_h_expr(sp.log(E) / M)
 
 
+def stable_convergence_steps():
+    """The derived K (E + (M-1) ln E - 1)/(M eta_Y), E = (M-1)(sqrt(M/(M-1))/epsilon - 1), in terms
+    of y = E/M = (sqrt(M) sqrt(M-1) - (M-1) epsilon)/(M epsilon) and never E itself:
+    K/eta_Y [y - 1/M + (1 - 1/M)(ln y + ln M)]. E overflows once M/epsilon > ~1e308 (M = 1e9,
+    epsilon = 1e-300 gave inf for a value of 1e300), y only where the result does."""
+    import sympy as sp
+
+    M, eta, t, h = _syms()
+    K, eps = _sym("K"), _sym("epsilon")
+    y = (sp.sqrt(M) * sp.sqrt(M - 1) - (M - 1) * eps) / (M * eps)   # > 0 on the domain of epsilon
+    return K / eta * (y - 1 / M + (1 - 1 / M) * (sp.log(y) + sp.log(M)))
+
+
 # =====================================================================================
 # Numerics
 # =====================================================================================
@@ -553,7 +571,8 @@ def trajectory(S, M, eta_Y):
     h, Mm1, exp = 0.0, float(M - 1), math.exp
     out[0] = 0.0
     for k in range(1, S + 1):
-        h += eta_Y / (Mm1 + exp(M * h))
+        u = exp(-M * h)                                  # as in the record: see _discrete
+        h += eta_Y * u / (1.0 + Mm1 * u)
         out[k] = h
     return out
 
@@ -563,6 +582,11 @@ def _discrete(backend, values, dims):
     if backend == "mpmath":
         import mpmath
 
+        limit = MPMATH_DIGIT_STEPS // mpmath.mp.dps
+        if s > limit:
+            raise ValueError(f"s: the mpmath backend iterates at most {MPMATH_DIGIT_STEPS:.2g}/dps steps "
+                             f"({limit} at {mpmath.mp.dps} digits; each step costs more digits), got "
+                             f"{s}; use numpy (float64) for larger s")
         h, eta, Mm1 = mpmath.mpf(0), mpmath.mpf(eta), M - 1
         for _ in range(s):
             h += eta / (Mm1 + mpmath.exp(M * h))
@@ -573,19 +597,24 @@ def _discrete(backend, values, dims):
         if isinstance(eta, torch.Tensor) and eta.requires_grad:  # autograd through the recursion
             h = torch.zeros_like(eta, dtype=torch.float64)
             for _ in range(s):
-                h = h + eta / ((M - 1) + torch.exp(M * h))
+                u = torch.exp(-M * h)
+                h = h + eta * u / (1 + (M - 1) * u)
             return h
         e = eta.detach().cpu().numpy() if isinstance(eta, torch.Tensor) else eta
         return torch.as_tensor(_discrete("numpy", dict(values, eta_Y=e), dims), dtype=torch.float64)
+    # the increment eta/((M-1) + e^{Mh}) as eta u/(1 + (M-1) u) with u = e^{-Mh} <= 1 (h >= 0):
+    # e^{Mh} overflows once M h > 709 (a large eta_Y gets there in one step), u only underflows
     if np.ndim(eta) == 0:
         h, Mm1, eta, exp = 0.0, float(M - 1), float(eta), math.exp
         for _ in range(s):
-            h += eta / (Mm1 + exp(M * h))
+            u = exp(-M * h)
+            h += eta * u / (1.0 + Mm1 * u)
         return h
     eta = np.asarray(eta, dtype=np.float64)
     h = np.zeros_like(eta)
     for _ in range(s):
-        h += eta / ((M - 1) + np.exp(M * h))
+        u = np.exp(-M * h)
+        h += eta * u / (1.0 + (M - 1) * u)
     return h
 
 
@@ -623,6 +652,18 @@ def _log(backend, x):
     return math.log(x)
 
 
+def _log1p(backend, x):
+    if backend == "mpmath":
+        import mpmath
+
+        return mpmath.log1p(x)
+    if backend == "torch":
+        import torch
+
+        return torch.log1p(torch.as_tensor(x, dtype=torch.float64))
+    return math.log1p(x)
+
+
 def _root_low(backend, values, dims):
     return _root_u(backend, values["M"], 0) / values["M"]
 
@@ -633,8 +674,10 @@ def _root_high(backend, values, dims):
 
 def _omega_0(backend, values, dims):
     M = values["M"]
-    ratio = (_mp(M) / (M - 1)) if backend == "mpmath" else M / (M - 1)
-    return (_log(backend, ratio) + _root_u(backend, M, 0)) / _log(backend, M)
+    # ln(M/(M-1)) as log1p(1/(M-1)): M/(M-1) rounds to 1 + 1 ulp for large M (half the value
+    # at M = 2**53)
+    inv = (1 / _mp(M - 1)) if backend == "mpmath" else 1.0 / (M - 1)
+    return (_log1p(backend, inv) + _root_u(backend, M, 0)) / _log(backend, M)
 
 
 def _omega_1(backend, values, dims):
@@ -674,6 +717,13 @@ def _gamma_peak_time(backend, values, dims):
     return K * ((M - 1) / w + (M - 1) * (1 + w) - 1) / (M * eta)
 
 
+def _t_positive(values, dims):
+    """The t -> oo forms take ln t: t = 0 is outside them."""
+    if np.any(np.asarray(values["t"]) <= 0):
+        raise ValueError(f"t: must be > 0 (the form is the t -> oo leading term, with ln t), "
+                         f"got {values['t']!r}")
+
+
 def _epsilon_domain(values, dims):
     M = values["M"]
     if np.any(np.asarray(values["epsilon"]) >= math.sqrt(M / (M - 1)) * (M - 1) / M):
@@ -687,7 +737,8 @@ def _epsilon_domain(values, dims):
 _RECURSION_DOC = (
     "Lemma 5: with one sequence class, Y(0) = 0 and learning rate eta_Y, the decoder row is "
     "w_n(s) = (M-1) h*(s) zeta_n exactly. Iterated exactly in float64 (Python floats for a scalar "
-    f"eta_Y, a vectorised numpy loop for arrays, mpmath at mp.dps); s <= {S_MAX}. torch: autograd "
+    f"eta_Y, a vectorised numpy loop for arrays, mpmath at mp.dps); s <= {S_MAX}, and with mpmath "
+    f"s * dps <= {MPMATH_DIGIT_STEPS:.2g} (s <= {MPMATH_DIGIT_STEPS // 50} at 50 digits). torch: autograd "
     "flows through the recursion when eta_Y requires grad (iterated in torch), else computed in numpy.")
 
 register(ClosedForm(
@@ -743,7 +794,7 @@ register(ClosedForm(
     status="asymptotic",
     params=(T_P, M_P, ETA_Y),
     derive=derive_logarithmic,
-    domain=None,
+    domain=_t_positive,
     doc="Leading term of u = M h = ln(M eta_Y t + 1 - (M-1) u); the relative error is "
         "O(M ln(M eta_Y t)/(M eta_Y t)). Negative for M eta_Y t < 1 (meaningless there).",
 ))
@@ -850,6 +901,7 @@ register(ClosedForm(
     params=(T_P, M_P, K_P, ETA_Y),
     derive=derive_gamma_log,
     printed=printed_gamma_log,
+    domain=_t_positive,
     example={"t": 1e4, "M": 1000, "K": 1, "eta_Y": 1.0},
     erratum="Theorem 1(b) (and Theorem 4's snapping bullet) write ln(eta_Y t/K) where Lemma 9 has "
             "ln(M eta_Y t/K): near t_0 the printed form is smaller than gamma by a factor ~ ln M/ln ln M "
@@ -934,6 +986,7 @@ register(ClosedForm(
     status="approximate",
     params=(M_P, K_P, ETA_Y, EPS_P),
     derive=derive_convergence_steps,
+    stable=stable_convergence_steps,
     domain=_epsilon_domain,
     doc="K S_n with S_n = (E + (M-1) ln E - 1)/(M eta_Y), E = (M-1)(sqrt(M/(M-1))/epsilon - 1), from "
         "the continuous h and the per-class count t/K (approximate: h* vs h, and N_n ~ N/K, Lemmas "
