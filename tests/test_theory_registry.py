@@ -186,7 +186,7 @@ def printed_value(cf, kw):
     values, dims = cf.validate(kw)
     args = [values[n] for n in cf.param_names]
     if cf.derived is not None:  # auxiliary symbols (eigen-projectors) computed from the parameters
-        extra = cf.derived(values, dims)
+        extra = cf.derived(values, dims, "numpy")
         args += [extra[n] for n in cf.derived_names]
     if "D" not in cf.param_names:
         args.append(dims.get("D", 1))

@@ -73,9 +73,11 @@ class ClosedForm:
         ``domain(values, dims)`` raises ``ValueError`` (naming a parameter) where the
         parameters are individually valid but the closed form is not defined together.
     derived : callable or None
-        ``derived(values, dims) -> dict``: values of auxiliary symbols computed from the
+        ``derived(values, dims, backend) -> dict``: values of auxiliary symbols computed from the
         parameters (e.g. the projector ``P`` onto chosen eigen-directions of Lambda), passed
-        to the emitted function after the parameters, in the order of ``derived_names``.
+        to the emitted function after the parameters, in the order of ``derived_names``;
+        computed in ``backend`` (with mpmath at the working precision, so that a
+        high-precision value is not built on float64 intermediates).
     derived_names : tuple of str
         Names (in :func:`theory.symbols.sym`) of the auxiliary symbols.
     evaluate : callable or None
@@ -107,7 +109,7 @@ class ClosedForm:
     stable: Callable[[], Any] | None = None
     output: str = "scalar"
     domain: Callable[[dict, dict], None] | None = None
-    derived: Callable[[dict, dict], dict] | None = None
+    derived: Callable[[dict, dict, str], dict] | None = None
     derived_names: tuple[str, ...] = ()
     length: Callable[[dict, dict], int] | None = None
     evaluate: Callable[[str, dict, dict], Any] | None = None
@@ -223,7 +225,7 @@ class ClosedForm:
         D = dims.get("D", values.get("D"))
         args = [_convert(values[n], backend) for n in self.param_names]
         if self.derived is not None:
-            extra = self.derived(values, dims)
+            extra = self.derived(values, dims, backend)
             args += [_convert(extra[n], backend) for n in self.derived_names]
         if "D" not in self.param_names:
             args.append(D)
@@ -279,6 +281,8 @@ def _convert(value, backend):
     if backend == "mpmath":
         import mpmath
 
+        if isinstance(value, mpmath.matrix):  # computed at the working precision (derived args)
+            return value
         if isinstance(value, np.ndarray):
             if value.ndim == 2:
                 return mpmath.matrix(value.tolist())

@@ -66,24 +66,41 @@ def eigenvectors_descending(Lam: np.ndarray) -> np.ndarray:
     return V[:, np.argsort(-w, kind="stable")]
 
 
-def projector(Lam: np.ndarray, S) -> np.ndarray:
-    """P_S = sum_{d in S} e_d e_d^T (S 1-based, descending eigenvalues)."""
-    V = eigenvectors_descending(Lam)
+def projector(Lam: np.ndarray, S, backend: str = "numpy"):
+    """P_S = sum_{d in S} e_d e_d^T (S 1-based, descending eigenvalues).
+
+    ``backend="mpmath"``: an ``mpmath.matrix`` from ``mpmath.eigsy`` at the working precision
+    (Lambda's float64 entries taken exactly), so that the mpmath backend's records built on
+    P are right to that precision rather than to float64's.
+    """
     cols = [d - 1 for d in S]
-    return V[:, cols] @ V[:, cols].T
+    if backend != "mpmath":
+        V = eigenvectors_descending(Lam)
+        return V[:, cols] @ V[:, cols].T
+    import mpmath
+
+    w, V = mpmath.eigsy(mpmath.matrix(np.asarray(Lam, dtype=float).tolist()))
+    order = sorted(range(len(w)), key=lambda i: -w[i])
+    n = V.rows
+    P = mpmath.zeros(n, n)
+    for c in cols:
+        v = V[:, order[c]]
+        P += v * v.T
+    return P
 
 
-def _subset_projector(values, dims):
-    return {"P": projector(values["Lambda"], values["S"])}
+def _subset_projector(values, dims, backend="numpy"):
+    return {"P": projector(values["Lambda"], values["S"], backend)}
 
 
-def _saddle_projector(values, dims):
-    return {"P": projector(values["Lambda"], range(1, values["m"] + 1))}
+def _saddle_projector(values, dims, backend="numpy"):
+    return {"P": projector(values["Lambda"], range(1, values["m"] + 1), backend)}
 
 
-def _drop_projectors(values, dims):
+def _drop_projectors(values, dims, backend="numpy"):
     m = values["m"]
-    return {"P_prev": projector(values["Lambda"], range(1, m)), "E_m": projector(values["Lambda"], [m])}
+    return {"P_prev": projector(values["Lambda"], range(1, m), backend),
+            "E_m": projector(values["Lambda"], [m], backend)}
 
 
 def _m_at_most_D(values, dims):
@@ -560,7 +577,7 @@ register(ClosedForm(
     derive=derive_escape_time,
     printed=printed_escape_time,
     domain=_m_at_most_D,
-    derived=lambda values, dims: {"E_m": projector(values["Lambda"], [values["m"]])},
+    derived=lambda values, dims, backend="numpy": {"E_m": projector(values["Lambda"], [values["m"]], backend)},
     derived_names=("E_m",),
     doc="tau/(lambda_m^2 w_init), from the v^2 term of eq. 21 alone; under the ansatz every head "
         "grows from t = 0, so eq. 76 reduces to this. The leading order does not depend on N.",
@@ -600,8 +617,8 @@ def _conspicuous_domain(values, dims):
                          f"got {values['j']}")
 
 
-def _conspicuous_projector(values, dims):
-    return {"P": projector(values["Lambda"], range(1, values["j"] * values["R"] + 1))}
+def _conspicuous_projector(values, dims, backend="numpy"):
+    return {"P": projector(values["Lambda"], range(1, values["j"] * values["R"] + 1), backend)}
 
 
 @cache

@@ -67,7 +67,7 @@ def _sym(name):
     return sym(name)
 
 
-def _padded_steps(values, dims):
+def _padded_steps(values, dims, backend="numpy"):
     a = tuple(values["a"]) + (0.0,) * (MAX_LAYERS - len(values["a"]))
     return {f"a_{l}": a[l] for l in range(MAX_LAYERS)}
 
@@ -268,7 +268,7 @@ def derive_gdpp_loss():
     return sp.Add(*[poly.coeff_monomial(s**k) * normalized_moment(k, n, d) for k in range(poly.degree() + 1)])
 
 
-def _gdpp_values(values, dims):
+def _gdpp_values(values, dims, backend="numpy"):
     a, b = values["a"], values["b"]
     if len(b) != len(a):
         raise ValueError(f"b: expected one scale per layer ({len(a)}), got {len(b)}")

@@ -367,13 +367,13 @@ def _bn_eval(kind):
     return evaluate
 
 
-def _bn_derived(values, dims):
-    return {"h": _h_of_t("numpy", values)}
+def _bn_derived(values, dims, backend="numpy"):
+    return {"h": _h_of_t(backend, values)}
 
 
 def _decoder_derived(shift):
-    def derived(values, dims):
-        return {"h": _h_star("numpy", values["s"] - shift, values)}
+    def derived(values, dims, backend="numpy"):
+        return {"h": _h_star(backend, values["s"] - shift, values)}
 
     return derived
 
