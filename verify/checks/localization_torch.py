@@ -8,7 +8,7 @@ next-token regression that ships with the code: a **noisy random walk**
 ``n_t ~ N(0, sigma_obs^2 I_d)``; the model sees ``x_1..x_T`` and predicts ``x_{T+1}`` with the
 squared loss ``|x_{T+1} - F(X)_T|^2 / (2 d)`` (per coordinate). The Bayes predictor is a
 filtered average of the recent tokens, so attention that concentrates on the last tokens
-helps; ``d = T = 32`` (spec §4 row 19), Adam with lr 1e-3, batch 32 (quick, 200 steps, 1 layer)
+helps; ``d = T = 32``, Adam with lr 1e-3, batch 32 (quick, 400 steps, 1 layer)
 or 64 (full, 3000 steps, 1 and 3 layers). LOCATER weights ``kappa1 = 1``, ``kappa2 = 10``: the
 per-coordinate loss is O(1) (about 3-5) while ``||W_QK||_F^2`` starts near d = 32, so
 ``kappa1 = 1`` makes the scale term comparable to the loss; the minimiser of the penalty
@@ -28,6 +28,10 @@ The paper's claim is qualitative; the check passes on what it can measure: the L
 ends with an eigenspectrum variance at most a quarter of the unregularised run's and
 ``|tr W_QK - 1| <= 0.25``; the control twin (no LOCATER) must fail the same criterion against
 the unregularised run. Entropy, rho and loss are reported, not tested.
+
+The quick run is 400 steps because the regularised variance is still falling fast at 200:
+over seeds 0-15 its ratio to the unregularised run's was 0.085-0.32 at step 200 (4 of 16 seeds
+above 0.25), and at seed 1 it goes 0.32, 0.10, 0.036 at steps 200, 400, 600.
 """
 
 from __future__ import annotations
@@ -139,7 +143,7 @@ def locater_training(ctx):
     import torch
 
     layer_set = ctx.pick(quick=(1,), full=(1, 3))
-    steps = ctx.pick(quick=200, full=3000)
+    steps = ctx.pick(quick=400, full=3000)
     batch = ctx.pick(quick=32, full=BATCH)
     every = ctx.pick(quick=10, full=50)
     device = ctx.device

@@ -16,7 +16,8 @@ and its entropy restricted to the distinct tokens (renormalised), averaged over 
   on common tokens falls, the entropy decreases then freezes; the freeze time against t_0; a
   larger decoder learning rate freezes earlier and ends less sparse.
 * ``scan_snap.torch.fig6_trends``: qualitative (Fig. 6): the final entropy falls with eta_Z and
-  rises with eta_Y/eta_Z (zero init, shared query); small grid in quick, the paper's grid in full.
+  rises with eta_Y/eta_Z (zero init, shared query; medians over initialisations); small grid in
+  quick, the paper's grid in full.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def fig6_trends(ctx):
     classes = syn_small(separate_queries=False)  # the num_last = 1 panel: two classes share a query
     eta_Zs = ctx.pick(quick=[0.5, 2.0], full=[0.5, 1.0, 2.0, 3.0])
     ratios = ctx.pick(quick=[1.0, 10.0], full=[1.0, 2.0, 5.0, 10.0])
-    seeds = ctx.pick(quick=2, full=10)
+    seeds = ctx.pick(quick=5, full=10)
     base = int(ctx.rng.integers(2**31))
     H = np.zeros((len(eta_Zs), len(ratios), seeds))
     Hf = np.zeros_like(H)  # control: attention frozen
@@ -177,8 +178,8 @@ def fig6_trends(ctx):
                     r = _run(classes, g, eta_Y=eZ * ratio, eta_Z=eZ, init=INIT_FIG6)
                     H[i, j, s] = r["H"][-1]
                     Hf[i, j, s] = r["H"][0]  # eta_Z = 0 leaves Z (hence c_n) at its initial value
-    mean = H.mean(2)
-    mean_f = Hf.mean(2)
+    mean = np.median(H, axis=2)  # the median: a large eta_Y occasionally ends a run low (see below)
+    mean_f = np.median(Hf, axis=2)
 
     def failed(m):
         bad = [f"eta_Z {eta_Zs[i]} -> {eta_Zs[i + 1]} at ratio {ratios[j]}" for i in range(len(eta_Zs) - 1)
@@ -189,11 +190,14 @@ def fig6_trends(ctx):
 
     bad, bad_f = failed(mean), failed(mean_f)
     return Outcome(
-        measured={"seed-mean DT entropy [eta_Z x ratio]": mean.tolist(), "failed orderings": bad},
+        measured={"seed-median DT entropy [eta_Z x ratio]": mean.tolist(), "failed orderings": bad},
         predicted="strictly decreasing in eta_Z, increasing in eta_Y/eta_Z", discrepancy=float(len(bad)),
         tolerance=0.0,
-        criterion="qualitative: seed-mean final entropy of c_n on distinct tokens strictly decreases along eta_Z at "
-                  "every ratio and strictly increases along eta_Y/eta_Z at every eta_Z (Fig. 6); failed orderings = 0",
+        criterion=f"qualitative: the median over {seeds} initialisations of the final entropy of c_n on distinct "
+                  "tokens strictly decreases along eta_Z at every ratio and strictly increases along eta_Y/eta_Z at "
+                  "every eta_Z (Fig. 6); failed orderings = 0. The median, not the mean: at eta_Z = 2, eta_Y = 20 "
+                  "one run in about 24 ends low (1.85-1.97 against a median of 2.07; eta_Y = eta_Z = 2: 1.82-1.91), "
+                  "and two-seed means failed at 1 of 20 run seeds",
         controls=[Control("attention frozen (eta_Z = 0): failed orderings of the same grid", float(len(bad_f)), 0.0)],
         details={"protocol": {**PROTOCOL, "init": "zero (W_V = W_K = 0, W_Q = sqrt(d) I)", "data": "Syn-Small, shared query",
                               "seeds": seeds}, "eta_Z": eta_Zs, "eta_Y/eta_Z": ratios,
