@@ -90,6 +90,7 @@ def flow_sigmoid_aligned(ctx):
     printed_sigma = _printed_numpy("linear_attention.merged.sigma")
     sigma_erratum = bool(theory.get("linear_attention.merged.sigma").erratum)
     rows, worst, worst_ctrl, worst_printed = [], 0.0, np.inf, 0.0
+    exp_ctrl, exp_printed = np.inf, 0.0  # expected control statistics: wrong vs eq. 10 (closed forms)
     fig_sigma, fig_loss = [], []
     for w in (1e-1, 1e-3, 1e-6):
         t_half = _cf("linear_attention.merged.half_rise_time", tau=TAU, D=D, N=N, w_init=w)
@@ -108,6 +109,10 @@ def flow_sigmoid_aligned(ctx):
         # negative control: the rate of the GD-on-L/2 convention (tau -> 2 tau)
         wrong = _cf("linear_attention.merged.sigma", t=t, tau=2 * TAU, D=D, N=N, w_init=w)
         d_wrong = float(np.max(np.abs(sig_ode - wrong)))
+        exp_ctrl = min(exp_ctrl, float(np.max(np.abs(sig10 - wrong))))
+        if printed_sigma is not None:
+            exp_printed = max(exp_printed, float(np.max(np.abs(
+                sig10 - printed_sigma(t=t, tau=TAU, D=D, N=N, w_init=w)))))
         d_printed = (float(np.max(np.abs(sig_ode - printed_sigma(t=t, tau=TAU, D=D, N=N, w_init=w))))
                      if printed_sigma is not None else float("nan"))
         rows.append({"w_init": w, "max_abs_sigma_err": d_sig, "max_abs_loss_err": d_loss,
@@ -124,9 +129,11 @@ def flow_sigmoid_aligned(ctx):
         fig_loss += [_series(t, res.loss, f"ODE, w_init={w:g}", "o"),
                      _series(t, loss51, f"eq. 51, w_init={w:g}", "-")]
     tol = 1e-7
-    controls = [Control("sigma with tau -> 2 tau (GD on L/2 read as the flow)", worst_ctrl, tol)]
+    controls = [Control("sigma with tau -> 2 tau (GD on L/2 read as the flow)", worst_ctrl, tol,
+                        expected=exp_ctrl)]
     if printed_sigma is not None and sigma_erratum:
-        controls.append(Control("paper's printed eq. 10 (marked erratum)", worst_printed, tol))
+        controls.append(Control("paper's printed eq. 10 (marked erratum)", worst_printed, tol,
+                                expected=exp_printed))
     elif printed_sigma is not None:
         worst = max(worst, worst_printed)  # printed equals derived: it must agree as well
     return Outcome(
@@ -173,6 +180,7 @@ def flow_sigmoid_random_init(ctx):
             "seed_stream": k, "s_eff_over_w_init_sq": se / w**2,
             "max_abs_err_s_eff": float(np.max(np.abs(sig_ode - sig_eff))),
             "max_abs_err_w_init": float(np.max(np.abs(sig_ode - sig_raw))),
+            "max_abs_gap_eq10_w_init_vs_s_eff": float(np.max(np.abs(sig_eff - sig_raw))),
             "max_off_identity": float(np.max(np.abs(res.M - sig_ode[:, None, None] * np.eye(D)))),
             "delay_vs_eq10_tau": t_half_ode - t_half_w,
             "delay_predicted_by_s_eff_tau": t_half_eff - t_half_w,
@@ -195,7 +203,8 @@ def flow_sigmoid_random_init(ctx):
                   "relative (spec measured 1.9e-7); the delay without the substitution must be "
                   "positive",
         passed=bool(disc <= tol and min(delays) > 0),
-        controls=[Control("eq. 10 with the nominal w_init (no s_eff)", raw, tol)],
+        controls=[Control("eq. 10 with the nominal w_init (no s_eff)", raw, tol,
+                          expected=min(r["max_abs_gap_eq10_w_init_vs_s_eff"] for r in rows))],
         details={"runs": rows, "w_init": w, "t_half_eq10": t_half_w},
         figures={"sigma_random_init": _lines(
             "σ(t) from the eq.-34 random start (w_init = 1e-3): eq. 10 with s_eff",
@@ -244,9 +253,12 @@ def plateau_slope(ctx):
                   "O(w_init^2); the intercept is not predicted, only t_1/2 > eq. 54 is required",
         passed=bool(abs(ratio - 1.0) <= tol and np.all(offsets > 0)),
         controls=[
+            # expected: the same ratio with eq. 54's slope in place of the fitted one
             Control("slope tau/(2 ||Lambda^2||_F) (ln s(0) read with w_init)",
-                    abs(slope / (TAU / (2 * gamma)) - 1.0), tol),
-            Control("spectral-norm slope tau/lambda_1^2", abs(slope / (TAU / lam1**2) - 1.0), tol),
+                    abs(slope / (TAU / (2 * gamma)) - 1.0), tol,
+                    expected=abs(slope_54 / (TAU / (2 * gamma)) - 1.0)),
+            Control("spectral-norm slope tau/lambda_1^2", abs(slope / (TAU / lam1**2) - 1.0), tol,
+                    expected=abs(slope_54 / (TAU / lam1**2) - 1.0)),
         ],
         details={"ratio": ratio, "offset_t_half_minus_eq54": offsets.tolist(),
                  "w_init": ws.tolist(), "gamma": gamma, "L_star": L_star,
@@ -330,7 +342,8 @@ def conservation_and_convergence(ctx):
                   "order in eta); and rank-one heads: sigma2/sigma1(W1(T)) <= "
                   "sqrt(lambda_max(-C(0)) + 1e-9)/sigma1, the Weyl bound implied by eq. 55 "
                   "(nearly attained: w2 grows along one direction)",
-        controls=[Control("N -> infinity limit Lambda^-1 as the limit of M(t)", rel_lim, 1e-6)],
+        controls=[Control("N -> infinity limit Lambda^-1 as the limit of M(t)", rel_lim, 1e-6,
+                          expected=float(np.linalg.norm(M_star - M_lim) / np.linalg.norm(M_lim)))],
         details={"parts": parts, "rank_one": {"sigma2_over_sigma1": rank_ratio,
                                               "bound": rank_bound, "within_bound": bool(rank_ok)},
                  "gd": gd_rows, "C0_norm": float(np.linalg.norm(C[0])),
@@ -385,6 +398,9 @@ def fixed_points(ctx):
     # negative control: w2 = 0 with a component of W1 along vec(Lambda^2)
     U_bad = U + 1e-3 * m
     ctrl_bad = grad_norm(v, U_bad) / tol_for(v, U_bad, scale_G)
+    # expected: at w2 = 0 the flow moves w2_i at rate <U_i, G(0)> (theory's gradient at M = 0)
+    G0 = _cf("linear_attention.merged.gradient", Lambda=Lam, N=N, M=np.zeros((D, D)))
+    exp_bad = float(np.max(np.abs(np.einsum("ijk,jk->i", U_bad, G0)))) / tol_for(v, U_bad, scale_G)
     # the manifold M = M*: random factorisations sum_i v_i U_i = M*
     man = []
     for _ in range(3):
@@ -420,6 +436,7 @@ def fixed_points(ctx):
     err_fd = float(np.max(np.abs(G_red + 0.5 * fd)))
     parts["G vs -1/2 central differences"] = err_fd / fd_tol
     ctrl_factor = float(np.max(np.abs(G_red + fd))) / fd_tol
+    exp_factor = float(np.max(np.abs(G_cf))) / fd_tol  # G - 2 G = -G in theory
     disc = max(parts.values())
     return Outcome(
         measured=rows, predicted={"gradient": 0.0, "zero_loss": L0_pred, "global_min_loss": Ls_pred},
@@ -430,8 +447,8 @@ def fixed_points(ctx):
                   "equals theory's gradient to rounding, and -1/2 of central differences of "
                   "theory's loss (quadratic: no truncation; tolerance 100 eps |L| / h)",
         controls=[Control("w2 = 0 but W1 has a component along vec(Lambda^2) (not critical)",
-                          ctrl_bad, 1.0),
-                  Control("G = -dL/dM (without the 1/2 of eq. 5)", ctrl_factor, 1.0)],
+                          ctrl_bad, 1.0, expected=exp_bad),
+                  Control("G = -dL/dM (without the 1/2 of eq. 5)", ctrl_factor, 1.0, expected=exp_factor)],
         details={"parts": parts, "fd_step": h, "fd_tolerance": fd_tol, "fd_max_err": err_fd},
     )
 
@@ -479,7 +496,8 @@ def sgd_time_mapping(ctx):
         criterion="|2 eta k_1/2 / t_1/2(ODE) - 1| <= 2% for the loss half-drop; GD is the Euler "
                   "scheme of eq. 5 with dt = 2 eta tau, whose growth-rate error is ~eta gamma "
                   "(0.5% and 0.2% here)",
-        controls=[Control("mapping t / tau = eta k (GD on L/2 convention)", worst_ctrl, tol)],
+        # expected: if t = 2 eta k holds, eta k / t = 1/2, a relative error of 0.5
+        controls=[Control("mapping t / tau = eta k (GD on L/2 convention)", worst_ctrl, tol, expected=0.5)],
         details={"runs": rows, "w_init": w},
         figures=figs,
     )

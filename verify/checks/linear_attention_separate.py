@@ -138,16 +138,30 @@ def fixed_points(ctx):
     inactive_ok = grad(v, k, q) / tol(v, k, q)
     worst["inactive head k = e_3, q = e_4 / tol"] = inactive_ok
     disc = max(worst.values())
-    # negative controls
+    # negative controls; expected: eq. 14's gradient with G = eq. 60 at M_S - E[Lhat^2] dM Lambda, dM
+    # the closed-form change of M the perturbation makes (G is affine in M)
+    def grad_expected(S, dM, v, k, q):
+        G = (np.asarray(_cf("linear_attention.separate.fixed_point_gradient", Lambda=Lam, N=N, S=S))
+             - mo.A @ dM @ Lam)
+        Gq = q @ G.T
+        return float(max(np.max(np.abs(np.einsum("ird,ird->i", k, Gq))),
+                         np.max(np.abs(v[:, None, None] * Gq)), np.max(np.abs(v[:, None, None] * (k @ G)))))
+
     v, k, q = rank1_weights(list(range(1, D + 1)), D)
-    c_scaled = grad(v * np.r_[1.01, np.ones(D - 1)], k, q) / tol(v, k, q)
+    v_s = v * np.r_[1.01, np.ones(D - 1)]
+    c_scaled = grad(v_s, k, q) / tol(v, k, q)
+    e_scaled = grad_expected(list(range(1, D + 1)), 0.01 * v[0] * np.outer(k[0, 0], q[0, 0]), v_s, k, q) / tol(v, k, q)
     v, k, q = rank1_weights(S, D)
+    k_old = k[1, 0].copy()
     k[1, 0] = v[1] * (np.cos(0.05) * E[:, 1] + np.sin(0.05) * E[:, 2])
     q[1, 0] = k[1, 0]
     c_rot = grad(v, k, q) / tol(v, k, q)
+    e_rot = grad_expected(S, v[1] * (np.outer(k[1, 0], k[1, 0]) - np.outer(k_old, k_old)), v, k, q) / tol(v, k, q)
     v, k, q = rank1_weights(S, D)
     k[3, 0], q[3, 0] = E[:, 2], E[:, 2]              # v = 0, k = q = e_3: Omega term nonzero
     c_inactive = grad(v, k, q) / tol(v, k, q)
+    e_inactive = grad_expected(S, np.zeros((D, D)), v, k, q) / tol(v, k, q)
+    # closed form vs closed form: the statistic is its own expected value
     L_wrong = max(abs(float(_cf("linear_attention.separate.subset_loss", Lambda=Lam, N=N, S=[d]))
                       - (np.trace(Lam) - lam[d - 1])) for d in range(1, D + 1)) / 1e-12
     return Outcome(
@@ -159,10 +173,11 @@ def fixed_points(ctx):
                   "M_S to rounding; L(M_S) (exact quadratic loss) = eq. 63 to 1e-12; the inactive "
                   "head (v=0, k=e_3, q=e_4, S={1,2}) satisfies the exact condition eq. 87",
         controls=[
-            Control("v of one head of M_D scaled by 1.01", c_scaled, 1.0),
-            Control("head 2 of M_{1,2} rotated by 0.05 rad towards e_3", c_rot, 1.0),
-            Control("inactive head v=0, k=q=e_3 at S={1,2} ((C3) and eq. 87 violated)", c_inactive, 1.0),
-            Control("single-direction losses with the N -> inf drop lambda_d", L_wrong, 1.0),
+            Control("v of one head of M_D scaled by 1.01", c_scaled, 1.0, expected=e_scaled),
+            Control("head 2 of M_{1,2} rotated by 0.05 rad towards e_3", c_rot, 1.0, expected=e_rot),
+            Control("inactive head v=0, k=q=e_3 at S={1,2} ((C3) and eq. 87 violated)", c_inactive, 1.0,
+                    expected=e_inactive),
+            Control("single-direction losses with the N -> inf drop lambda_d", L_wrong, 1.0, expected=L_wrong),
         ],
         details={"D": D, "N": N, "eigenvalues": eigs.tolist(), "scale_G": scale_G},
     )
@@ -208,7 +223,7 @@ def mc_subset_loss(ctx):
         criterion=f"max |z| over m = 0..{D} of the Monte Carlo loss of beta^T M_m x_q vs eq. 19 "
                   f"< z_threshold({D + 1}); drop_size = L(M_(m-1)) - L(M_m) to 1e-12",
         controls=[Control("printed drop sizes: the paper's rounded lambda_m (N -> inf levels tr Lambda - sum lambda_d)",
-                          z_round, z_crit)],
+                          z_round, z_crit, expected=float(np.max(np.abs(rounded_levels - pred)[1:] / est.se[1:])))],
         details={"sequences": est.n, "z": z.tolist(), "se": est.se.tolist(), "N": N,
                  "eigenvalues": list(eigs), "rounded_levels": rounded_levels.tolist(),
                  "drop_size_consistency": consist},
@@ -272,6 +287,10 @@ def flow_staircase(ctx):
     drift = float(max(np.max(np.abs(kq - kq[0])), np.max(np.abs(kv - kv[0]))))
     rounded = np.array([np.sum(lam[m:]) for m in range(D + 1)])
     ctrl_round = float(np.max((np.abs(p.level_at_flattest - rounded) / levels)[1:]))
+    exp_round = float(np.max((np.abs(levels - rounded) / levels)[1:]))   # eq. 19 vs the N -> inf levels
+    exp_swap = min(float(np.linalg.norm(M_S[m] - np.asarray(_cf(
+        "linear_attention.separate.fixed_point_matrix", Lambda=Lam, N=N,
+        S=list(range(1, m)) + [m + 1]))) / nM) for m in range(1, D))
     # 2. aligned, balanced start: eq. 21 per head and eq. 71
     wa = 1e-3
     va, ka, qa = fs.init_aligned_separate(mo, H, 1, wa)
@@ -285,6 +304,7 @@ def flow_staircase(ctx):
                               w_init=wa)) for m in range(1, D + 1)])
     esc_err = float(np.max(np.abs(drops_flow / esc - 1)))
     esc_wrong = float(np.min(np.abs(drops_flow / (TAU / (lam * wa)) - 1)))
+    exp_esc = float(np.min(np.abs(esc / (TAU / (lam * wa)) - 1)))        # eq. 71 vs the wrong law
     parts = {
         "plateau levels rel / 1e-3": float(np.max(lvl_err)) / 1e-3,
         "M at plateau m vs M_{1..m} / 1e-2": float(max(M_err)) / 1e-2,
@@ -314,10 +334,12 @@ def flow_staircase(ctx):
                   "(v(0) = 1e-3): the spec's printed levels for (0.4,0.3,0.2,0.1) to their 6-digit rounding (5e-7); full-flow drop times = per-head eq. 21 to 1e-5 (exact there; "
                   "both at rtol 1e-10) and = eq. 71 to 1e-2 (leading order; correction "
                   "O(v(0)/v*) ~ 1e-3)",
-        controls=[Control("N -> inf plateau levels sum_{d>m} lambda_d", ctrl_round / 1e-3, 1.0),
-                  Control("M at plateau m vs the wrong-order M_{1..m-1,m+1}", min(M_swap) / 1e-2, 1.0),
+        controls=[Control("N -> inf plateau levels sum_{d>m} lambda_d", ctrl_round / 1e-3, 1.0,
+                          expected=exp_round / 1e-3),
+                  Control("M at plateau m vs the wrong-order M_{1..m-1,m+1}", min(M_swap) / 1e-2, 1.0,
+                          expected=exp_swap / 1e-2),
                   Control("escape time tau/(lambda_m w_init) (lambda instead of lambda^2)",
-                          esc_wrong / 1e-2, 1.0)],
+                          esc_wrong / 1e-2, 1.0, expected=exp_esc / 1e-2)],
         details={"parts": parts, "plateau_rel_err": lvl_err.tolist(), "M_rel_err": M_err,
                  "time_near_levels": p.time_near.tolist(), "nfev": res.nfev, "T": T,
                  "final_v": res.v[-1].tolist(), "v_star": (lam / a) ** (1 / 3),
@@ -375,7 +397,8 @@ def scalar_ode_implicit(ctx):
         measured=numeric.tolist(), predicted=closed.tolist(), discrepancy=err, tolerance=1e-7,
         criterion="max relative |t(v) from eq. 70 - event time of solve_ivp on eq. 21| at v/v* = "
                   "0.01..0.99 (integrator rtol 1e-12; 1e-7 leaves room for event location)",
-        controls=[Control("eq. 70 with the printed integrand v^2 in place of v^5", typo_err, 1e-7)],
+        controls=[Control("eq. 70 with the printed integrand v^2 in place of v^5", typo_err, 1e-7,
+                          expected=float(np.max(np.abs(typo - closed) / closed)))],
         details={"lam": lam, "a": a, "v0": v0, "v_star": v_star, "targets": targets.tolist()},
     )
 
@@ -407,7 +430,8 @@ def ansatz_loss(ctx):
         criterion="max relative |L(M(t)) of the exact flow (balanced aligned start, H = D = 4, N = 31) - "
                   "tr Lambda - sum_d (-2 lambda_d^2 v_d^3 + lambda_d a_d v_d^6)| over t in [0, 400] tau; "
                   "the manifold is invariant, so only the integrator's rtol 1e-10 remains",
-        controls=[Control("a_d -> lambda_d^2 (the N -> infinity ansatz loss)", wrong, 1e-8)],
+        controls=[Control("a_d -> lambda_d^2 (the N -> infinity ansatz loss)", wrong, 1e-8,
+                          expected=float(np.max(np.abs(predicted(lam**2) - predicted(a)) / predicted(a))))],
     )
 
 
@@ -514,6 +538,9 @@ def pcr_limit(ctx):
     z = est.z(L_inf)
     z_crit = z_threshold(D)
     z_ctrl = float(np.min(np.abs((est_c.mean[0] - L_inf) / est_c.se[0])))
+    # expected: the population loss of beta^T Lambda^{-1} x_q at N (eq. 9b) against the limit losses
+    L_inv = float(_cf("linear_attention.merged.loss", Lambda=Lam, N=N_big, M=inv))
+    z_ctrl_exp = float(np.min(np.abs((L_inv - L_inf) / est_c.se[0])))
     bias = np.array([sum(lam[d] * (1 + tr / lam[d]) / (N_big + 1 + tr / lam[d]) for d in range(m)) for m in ms])
     parts = {"|slope + 1| / tol": slope_dev / slope_tol, "max |z| / z_crit": float(np.max(np.abs(z))) / z_crit}
     disc = max(parts.values())
@@ -529,9 +556,9 @@ def pcr_limit(ctx):
                   f"Wishart-drawn Lambda_hat at N = {N_big}) of beta^T M_m(N) x_q against the limit loss "
                   "at P_m Lambda^{-1} (finite-N bias < 0.2 SE)",
         controls=[Control("full inverse Lambda^{-1} (no projector): min over m < D of |slope + 1| / tol",
-                          ctrl_slope_dev / slope_tol, 1.0),
+                          ctrl_slope_dev / slope_tol, 1.0, expected=ctrl_slope_dev / slope_tol),
                   Control("full inverse: loss of beta^T Lambda^{-1} x_q vs the limit losses, min |z| / z_crit",
-                          z_ctrl / z_crit, 1.0)],
+                          z_ctrl / z_crit, 1.0, expected=z_ctrl_exp / z_crit)],
         details={"parts": parts, "N grid": Ns.tolist(), "slopes": slopes, "control slopes": ctrl_slopes,
                  "N_max * e_m(N_max) (first-order coefficient)": first_order, "z": z.tolist(),
                  "se": est.se.tolist(), "finite-N bias": bias.tolist(), "bias / se": (bias / est.se).tolist(),

@@ -160,6 +160,12 @@ def escape_time_ratio(ctx):
     # ln(1/w) law (merged model, Sec. 3.3) with its constant fitted at the largest w
     t_log = drops_all[0] * np.log(1 / ws[-1]) / np.log(1 / ws[0])
     c_log = float(np.min(np.abs(drops_all[-1] / t_log - 1) / bound[-1]))
+    # expected: the same statistics with eq. 71 in place of the flow's drop times
+    esc_cf = {w: np.array([float(_cf("linear_attention.separate.escape_time", Lambda=Lam, N=N, m=m, tau=TAU,
+                                     w_init=w)) for m in range(1, D + 1)]) for w in (ws[0], ws[-1])}
+    e_lin = float(np.min(np.abs(esc_cf[ws[-1]] / esc_lin - 1) / bound[-1]))
+    e_log = float(np.min(np.abs(esc_cf[ws[-1]] / (esc_cf[ws[0]] * np.log(1 / ws[-1]) / np.log(1 / ws[0])) - 1)
+                         / bound[-1]))
     # report: eq.-36 Gaussian start, first drop, 3 seeds
     wg, H = 1e-2, D
     gauss = []
@@ -184,8 +190,9 @@ def escape_time_ratio(ctx):
                   "v*|F(v_mid) - F_reg(0)| = 1.2534 (v_mid = v*(1 - 2^-1/2)^(1/3)); 2 covers K plus "
                   "higher orders and the O(w_init^3) loss of the other heads",
         controls=[Control("escape time tau/(lambda_m w_init) (lambda instead of lambda^2), smallest w",
-                          c_lin, 1.0),
-                  Control("ln(1/w_init) law (merged model) fitted at w_init = 1e-2, at 1e-4", c_log, 1.0)],
+                          c_lin, 1.0, expected=e_lin),
+                  Control("ln(1/w_init) law (merged model) fitted at w_init = 1e-2, at 1e-4", c_log, 1.0,
+                          expected=e_log)],
         details={"w_init": ws.tolist(), "v_star": v_star.tolist(), "|ratio-1| / (2 w/v*)": (dev / bound).tolist(),
                  "K = (1 - ratio) / (w/v*)": K.tolist(), "drop_times": drops_all.tolist(),
                  "deviation decreasing in w_init": decreasing,
@@ -384,6 +391,19 @@ def rank_plateaus(ctx):
             rows[f"R={R}"].append({"f(w1)": f1.tolist(), "f(w2)": f2.tolist(), "ratio f(w2)/f(w1)": ratio.tolist(),
                                    "run w1": r1, "run w2": r2})
     counts = [parts[k] for k in list(parts)[:3]]
+    # expected control statistics, from the predicted pattern (long exactly at the multiples of R,
+    # ceil(m/R) grown heads) and the closed-form matrices
+    mult_of = {R: np.arange(D) % R == 0 for R in ranks}
+    e_r1 = min(int(np.sum(~mult_of[R])) for R in ranks if R > 1)
+    e_heads = min(int(np.sum(np.array([int(np.ceil(m / R)) for m in range(D + 1)]) != np.arange(D + 1)))
+                  for R in ranks if R > 1)
+    e_literal = min(int(np.sum(literal_divides_pattern(D, R) != mult_of[R])) for R in ranks)
+
+    def _rfp(S, R):
+        return np.asarray(_cf("linear_attention.separate.rank_fixed_point_matrix", Lambda=Lam, N=N, S=S, R=R))
+    e_next = min(float(np.linalg.norm(_rfp(list(range(1, j * R + 1)), R) - _rfp(list(range(1, j * R + 2)), R)))
+                 / float(np.linalg.norm(_rfp(list(range(1, D + 1)), R)))
+                 for R in ranks for j in range(-(-D // R)) if j * R < D) / RANK_LEVEL_RTOL
     disc = max(parts["levels at conspicuous plateaus rel / tol"], parts["M at conspicuous plateaus rel / tol"])
     passed = bool(disc <= 1.0 and sum(counts) == 0)
     held = {k: f"{sum(v)}/{len(v)}" for k, v in threshold_held.items()}
@@ -419,13 +439,15 @@ def rank_plateaus(ctx):
                   f"{RANK_LEVEL_RTOL:g} (the flow is O(w_init^2) from the saddle there). discrepancy = the "
                   "larger relative error / tol + the violation count",
         controls=[Control("R = 1 pattern (every plateau conspicuous, ratio ~ 1) for R = 2, 4: brief "
-                          "plateaus that fail it (min over draws)", float(min(ctrl_r1)), 0.0),
+                          "plateaus that fail it (min over draws)", float(min(ctrl_r1)), 0.0, expected=float(e_r1)),
                   Control("R = 1 head count (a new value weight in every drop) for R = 2, 4: "
-                          "mismatched counts (min over draws)", float(min(ctrl_heads)), 0.0),
+                          "mismatched counts (min over draws)", float(min(ctrl_heads)), 0.0, expected=float(e_heads)),
                   Control("paper's literal 'm that divides R' (long at m >= 1 dividing R) vs the "
-                          "fixed-threshold classification: mismatched plateaus (min)", float(min(ctrl_literal)), 0.0),
+                          "fixed-threshold classification: mismatched plateaus (min)", float(min(ctrl_literal)), 0.0,
+                          expected=float(e_literal)),
                   Control("M_{jR+1} (one direction more) in place of M_{jR} at the conspicuous "
-                          "plateaus: min relative error / tol", float(min(ctrl_next)) / RANK_LEVEL_RTOL, 1.0)],
+                          "plateaus: min relative error / tol", float(min(ctrl_next)) / RANK_LEVEL_RTOL, 1.0,
+                          expected=e_next)],
         details={"parts": parts, "fixed-threshold V13 pattern held (report only)": held,
                  "runs": rows, "w_init": [w1, w2], "levels": levels.tolist()},
         figures=figures,
@@ -466,7 +488,8 @@ def mc_saddles(ctx):
         criterion=f"max |z| over m = 0..{D} of the Monte Carlo next-token loss (eq. 23, mean over the "
                   f"N_max predictions of a sequence, SE over sequences) of M_m = P_m (Lambda + E(1/N)"
                   f"(Lambda + tr Lambda I))^-1 vs eq. 26 < z_threshold({D + 1})",
-        controls=[Control(f"fixed-N levels eq. 19 at N = N_max = {N_max}", z_fixed, z_crit)],
+        controls=[Control(f"fixed-N levels eq. 19 at N = N_max = {N_max}", z_fixed, z_crit,
+                          expected=float(np.max(np.abs(fixed - pred) / est.se)))],
         details={"sequences": est.n, "z": z.tolist(), "se": est.se.tolist(), "E(1/N)": nu,
                  "fixed_N_levels": fixed.tolist(), "N_max": N_max, "eigenvalues": list(eigs)},
     )

@@ -149,6 +149,17 @@ def min_norm_weights(ctx):
     qu[h[0]] /= np.sqrt(2)
     ex_unb = deviations(vu, ku, qu, E, v_star)["norm_excess"]
     lin = min(abs(np.log10(ratio[key]) - 1) for key in keys) / LOG_TOL
+    # expected control statistics: the same perturbations of the exact minimal-norm factorisation
+    # (eq. 20a: head h[d] with v = v*_d, k = q = v*_d e_d, the other heads 0), whose excess is 0
+    vi, ki = np.zeros(H_HEADS), np.zeros((H_HEADS, D))
+    for d, i in enumerate(h):
+        vi[i], ki[i] = v_star[d], v_star[d] * E[:, d]
+    e_rot = deviations(*rotated_pair(vi, ki, ki.copy(), h[0], h[1], np.pi / 4), E, v_star)["norm_excess"] / limit
+    vu_i, ku_i = vi.copy(), ki.copy()
+    vu_i[h[0]] *= 2
+    ku_i[h[0]] /= np.sqrt(2)
+    e_unb = deviations(vu_i, ku_i, ku_i.copy(), E, v_star)["norm_excess"] / limit
+    e_lin = abs(np.log10(W_SCALES[0] ** 2 / W_SCALES[1] ** 2) - 1) / LOG_TOL   # the w^2 law: ratio 100
     return Outcome(
         measured={"ratio deviation(larger w) / deviation(smaller w)": ratio,
                   "larger w_init": big, "smaller w_init": small},
@@ -165,10 +176,11 @@ def min_norm_weights(ctx):
                   "eq.-82 imbalances and the off-direction residues are O(w_init^2) with a relative "
                   "next-order term O(w_init / v*) (allowed K <= ~15)",
         controls=[Control("balanced non-minimal factorisation (two heads rotated by pi/4 in their span, "
-                          "same M): norm excess / (C w^2 * 10^tol)", ex_rot / limit, 1.0),
+                          "same M): norm excess / (C w^2 * 10^tol)", ex_rot / limit, 1.0, expected=float(e_rot)),
                   Control("unbalanced head (v -> 2v, k, q -> /sqrt2, same M): norm excess / (C w^2 * 10^tol)",
-                          ex_unb / limit, 1.0),
-                  Control("w_init^1 scaling (ratio 10): min |log10 ratio - 1| / tol", float(lin), 1.0)],
+                          ex_unb / limit, 1.0, expected=float(e_unb)),
+                  Control("w_init^1 scaling (ratio 10): min |log10 ratio - 1| / tol", float(lin), 1.0,
+                          expected=float(e_lin))],
         details={"C = deviation / w^2 at the larger w_init": C, "bound C w^2 at the smaller w_init": bound_small,
                  "rotated pair keeps M (max abs diff)": float(np.max(np.abs(M_rot - M0))),
                  "excess rotated": ex_rot, "excess unbalanced": ex_unb, "lambda": lam.tolist(),

@@ -43,6 +43,7 @@ def lemma5_decoder(ctx):
     cases = [(30, 0.5), (1000, 0.5), (34, 2.0)]
     rows, worst_w, worst_a, worst_rec = [], 0.0, 0.0, 0.0
     ctrl_cont, ctrl_shift = np.inf, np.inf
+    e_cont, e_shift = np.inf, np.inf  # expected: the wrong closed forms against the right ones
     for M, eta in cases:
         L = 12
         f = np.abs(ctx.rng.standard_normal(L))
@@ -73,6 +74,8 @@ def lemma5_decoder(ctx):
         ctrl_cont = min(ctrl_cont, np.max(np.abs(w - hc[:, None] * pattern[None, :])) / np.max(np.abs(pred_w)))
         a_shift = 1.0 / (1.0 + (M - 1) * np.exp(-M * hs[1:]))
         ctrl_shift = min(ctrl_shift, np.max(np.abs(alpha[:, label] - a_shift)) / np.max(a_lab))
+        e_cont = min(e_cont, np.max(np.abs((hs - hc)[:, None] * pattern[None, :])) / np.max(np.abs(pred_w)))
+        e_shift = min(e_shift, np.max(np.abs(a_lab - a_shift)) / np.max(a_lab))
         worst_w, worst_a, worst_rec = max(worst_w, ew), max(worst_a, ea), max(worst_rec, er)
         rows.append({"M": M, "eta_Y": eta, "label": label, "rel_err_w": ew, "rel_err_alpha": ea,
                      "rel_err_records": er, "h*(S)": hs[-1]})
@@ -88,8 +91,9 @@ def lemma5_decoder(ctx):
                   f"the records label_logit/alpha_correct/residual at 8 steps) <= {tol:.2g}: both sides are float64 "
                   f"sums of {steps} terms of size eta_Y/M, so round-off is ~ s * 2^-52, and the residual 1 - alpha "
                   "adds a cancellation of at most a factor 1/(1 - alpha) ~ 10 here: tolerance 10 s 2^-52",
-        controls=[Control("continuous h(s) (eq. 45) in place of h*(s)", float(ctrl_cont), tol),
-                  Control("alpha_n(s) from h*(s) instead of h*(s-1)", float(ctrl_shift), tol)],
+        controls=[Control("continuous h(s) (eq. 45) in place of h*(s)", float(ctrl_cont), tol, expected=float(e_cont)),
+                  Control("alpha_n(s) from h*(s) instead of h*(s-1)", float(ctrl_shift), tol,
+                          expected=float(e_shift))],
         details={"cases": rows, "steps": steps, "attention f": "random nonnegative unit vector (L = 12)"},
     )
 
@@ -127,6 +131,7 @@ def theorem4_ode(ctx):
     ts = np.concatenate([[0.0], np.geomspace(1e-3 * t0p, 1e6 * t0, ctx.pick(quick=120, full=600))])
     kw = dict(t=ts[1:], M=M, K=K, eta_Y=eta_Y, eta_Z=eta_Z, C0=C0)
     errs, ctrl, details = {}, {}, {"t_0": t0, "t_0'": t0p, "C0": C0, "ln(C0)/4": np.log(C0) / 4}
+    e_ctrl = {}  # expected control statistics: wrong closed form vs the corrected one
     sims = {}
     for reading, k in (("averaged", 1), ("literal", K)):
         z, B = _integrate_theorem4(M, K, eta_Y, eta_Z, C0, k, ts)
@@ -140,6 +145,8 @@ def theorem4_ode(ctx):
         other = "_literal" if k == 1 else ""
         ctrl[f"{reading} ODE vs the other reading's B_n (factor K swapped)"] = float(
             np.max(np.abs(_get("attention.growth" + other)(**kw) - B)))
+        e_ctrl[f"{reading} ODE vs the other reading's B_n (factor K swapped)"] = float(
+            np.max(np.abs(_get("attention.growth" + other)(**kw) - Bf)))
         details[f"{reading}: B_n(end), z(end)"] = [float(B[-1]), float(z[-1])]
     z, B = sims["averaged"]
     Bp = _get("attention.growth_printed")(**kw)
@@ -159,11 +166,15 @@ def theorem4_ode(ctx):
     tol_exact, tol_asym = 1e-8, 1e-2
     disc = max(max(v for k_, v in errs.items() if "eq. 14" not in k_) / tol_exact,
                max(v for k_, v in errs.items() if "eq. 14" in k_) / tol_asym)
+    Bc = _get("attention.growth")(**kw)           # corrected B_n (averaged reading): the true form
+    rel_c = lambda a: np.abs(a - Bc) / Bc  # noqa: E731
     controls = [Control("printed B_n = 1/4 ln(C0 + 4 Gamma) (eq. 124), min over t > 0 of |printed - ODE|",
-                        float(gap.min()) / tol_exact, 1.0)]
-    controls += [Control(name, v / tol_exact, 1.0) for name, v in ctrl.items()]
-    controls += [Control("printed eq. 14 scanning form, t <= 0.1 t_0' (relative)", float(rel(pscan)[early].min()) / tol_asym, 1.0),
-                 Control("printed eq. 14 snapping form, t >= 100 t_0 (relative)", float(rel(psnap)[far].min()) / tol_asym, 1.0)]
+                        float(gap.min()) / tol_exact, 1.0, expected=float(np.abs(Bp - Bc).min()) / tol_exact)]
+    controls += [Control(name, v / tol_exact, 1.0, expected=e_ctrl[name] / tol_exact) for name, v in ctrl.items()]
+    controls += [Control("printed eq. 14 scanning form, t <= 0.1 t_0' (relative)", float(rel(pscan)[early].min()) / tol_asym, 1.0,
+                         expected=float(rel_c(pscan)[early].min()) / tol_asym),
+                 Control("printed eq. 14 snapping form, t >= 100 t_0 (relative)", float(rel(psnap)[far].min()) / tol_asym, 1.0,
+                         expected=float(rel_c(psnap)[far].min()) / tol_asym)]
     t_plot = ts[1:]
     figures = {"theorem4_bn": {
         "kind": "lines", "title": f"Theorem 4: B_n(t) (M={M}, K={K}, eta_Y={eta_Y}, eta_Z={eta_Z}, C0={C0})",
@@ -275,11 +286,14 @@ def attention_ode_bn(ctx):
         zo = _get("attention.common_logit" + other)(**kw)
         Bp = _get("attention.growth_printed")(**kw)
         pr = np.abs(Bp - B[:, 0])[sel] / wB[sel]
+        # expected: the wrong closed forms against the right ones (Bf, zf), in the same bracket widths
         ctrls += [Control(f"{reading}: printed B_n (eq. 124), min over t > 0 of |printed - ODE|/width",
-                          float(pr.min()), 1.0),
+                          float(pr.min()), 1.0, expected=float(np.min(np.abs(Bp - Bf)[sel] / wB[sel]))),
                   Control(f"{reading}: the other reading's B_n and z (factor K swapped), max |.|/width",
                           float(max(np.max(np.abs(Bo - B[:, 0])[sel] / wB[sel]),
-                                    np.max(np.abs(zo - z)[sel] / wz[sel]))), 1.0)]
+                                    np.max(np.abs(zo - z)[sel] / wz[sel]))), 1.0,
+                          expected=float(max(np.max(np.abs(Bo - Bf)[sel] / wB[sel]),
+                                             np.max(np.abs(zo - zf)[sel] / wz[sel]))))]
         f_l0 = classes.P[0, 0] / np.linalg.norm(classes.P[0])
         details[reading] = {
             "max |form - ODE|/bracket width": float(ratio),
@@ -342,6 +356,7 @@ def theorem23_ode(ctx):
     z = Zs[:, m, :]
     P = classes.P
     inv_err, ctrl_other, ctrl_sq = 0.0, np.inf, np.inf
+    e_other, e_sq = np.inf, np.inf  # expected: the wrong forms against eq. (relative_gain) at the same z
     for n in range(K):
         dts = np.flatnonzero(classes.distinct[n])
         l0 = dts[np.argmax(P[n, dts])]
@@ -353,13 +368,15 @@ def theorem23_ode(ctx):
             inv_err = max(inv_err, np.max(np.abs(r - pred) / np.abs(pred)))
             ctrl_other = min(ctrl_other, np.max(np.abs(r - r0 * np.exp(2 * dzl)) / np.abs(pred)))
             ctrl_sq = min(ctrl_sq, np.max(np.abs(r - r0 * np.exp(4 * dz0)) / np.abs(pred)))
+            e_other = min(e_other, np.max(np.abs(pred - r0 * np.exp(2 * dzl)) / np.abs(pred)))
+            e_sq = min(e_sq, np.max(np.abs(pred - r0 * np.exp(4 * dz0)) / np.abs(pred)))
     # Theorem 2 signs of the velocities at every grid time t > 0
     v = vel[1:, m, :]
     dt_mask = classes.distinct.any(0)
     viol_dt = int(np.sum(v[:, dt_mask] <= 0))
     viol_ct = int(np.sum(v[:, 0] >= 0))
     # eq. 99: per-pair term for the single common token
-    pair_err, pair_ctrl = 0.0, np.inf
+    pair_err, pair_ctrl, e_pair = 0.0, np.inf, np.inf
     for i in (1, len(ts) // 2, len(ts) - 1):
         c = classes.attention(Zs[i])
         f = c / np.linalg.norm(c, axis=1, keepdims=True)
@@ -371,6 +388,7 @@ def theorem23_ode(ctx):
                 pred = _get("attention.common_pair_term")(f_nl=f[n, 0], f_npl=f[n2, 0])
                 pair_err = max(pair_err, abs(direct - pred) / abs(direct))
                 pair_ctrl = min(pair_ctrl, abs(direct - f[n, 0] ** 2 * (f[n] @ f[n2])) / abs(direct))
+                e_pair = min(e_pair, abs(pred - f[n, 0] ** 2 * (f[n] @ f[n2])) / abs(pred))
     tol_inv, tol_pair = 1e-7, 1e-13
     disc = max(inv_err / tol_inv, pair_err / tol_pair, float(viol_dt + viol_ct))
     return Outcome(
@@ -382,9 +400,11 @@ def theorem23_ode(ctx):
                   "(DOP853 rtol 1e-11 on z; r involves e^{2 z}); zero sign violations of dz_DT > 0 and dz_CT < 0 at "
                   "200 times t > 0; eq. 99 to 1e-13 (round-off); statistic = max of the ratios to tolerance and "
                   "the violation count",
-        controls=[Control("r(0) chi_l'(t) (growth factor of the other token)", float(ctrl_other) / tol_inv, 1.0),
-                  Control("r(0) chi_l0(t)^2", float(ctrl_sq) / tol_inv, 1.0),
-                  Control("eq. 99 with the distinct-token sign, +f_nl^2 f_n^T f_n'", float(pair_ctrl) / tol_pair, 1.0)],
+        controls=[Control("r(0) chi_l'(t) (growth factor of the other token)", float(ctrl_other) / tol_inv, 1.0,
+                          expected=float(e_other) / tol_inv),
+                  Control("r(0) chi_l0(t)^2", float(ctrl_sq) / tol_inv, 1.0, expected=float(e_sq) / tol_inv),
+                  Control("eq. 99 with the distinct-token sign, +f_nl^2 f_n^T f_n'", float(pair_ctrl) / tol_pair, 1.0,
+                          expected=float(e_pair) / tol_pair)],
         details={"K": K, "D": D, "M": M, "eta_Y": eta_Y, "eta_Z": eta_Z, "class sum": "averaged (1/K)",
                  "z_CT(end)": float(z[-1, 0]), "max z_DT growth": float(np.max(z[-1, dt_mask])),
                  "B_n(end)": B[-1].tolist()},
