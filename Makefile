@@ -1,19 +1,30 @@
 # Two entry points do the whole set-up on a fresh machine:
-#   make verify   install everything, then run `python -m verify all`
-#   make test     install everything, then run the test suite
-#   make docs     install everything, then build the documentation site (warnings are errors)
-# Every install goes through constraints.txt, the one place where torch is pinned.
+#   make verify       install everything, then run `python -m verify all`
+#   make test         install everything, then run the test suite
+#   make docs         install everything, then build the documentation site (warnings are errors)
+#                     and check that each notebook page shows every figure its notebook draws
+# Every install goes through constraints.txt, the lock file: every package installed, direct
+# and transitive, pinned to one version (torch to its CPU build). Two targets maintain it:
+#   make lock         regenerate constraints.txt (tools/lock.sh): a throwaway environment gets
+#                     the newest releases allowed by pyproject.toml and the torch pin, and the
+#                     versions installed there become the lock. Run it after changing the
+#                     dependencies in pyproject.toml, or to refresh the lock once
+#                     `make test-latest` passes.
+#   make test-latest  the test suite in a separate environment ($(LATEST)) with the newest
+#                     releases, constrained only by the torch pin: an early warning that a
+#                     new release breaks the project, before the lock moves to it.
 PYTHON ?= python3
 VENV   ?= .venv
+LATEST ?= .venv-latest
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-all verify bench docs clean
+.PHONY: install test test-all test-latest lock verify bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
+	$(PIP) --quiet --upgrade pip
 	$(PIP) --quiet --editable ".[all]" --group dev
 	touch $(STAMP)
 
@@ -25,6 +36,22 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -m "slow or not slow"
 
+# Not incremental on purpose: every run re-resolves to the newest releases.
+test-latest:
+	$(PYTHON) -m venv $(LATEST)
+	echo '*' > $(LATEST)/.gitignore
+	grep -E '^torch==' constraints.txt > $(LATEST)/torch-pin.txt
+	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager \
+		--constraint $(LATEST)/torch-pin.txt --editable ".[all]" --group dev
+	$(LATEST)/bin/python -m pip freeze --exclude-editable | sed -E 's/\+[^+]*$$//' | sort -f > $(LATEST)/versions.txt
+	@echo "newer than constraints.txt:"
+	@grep -vE '^(#|pip==)' constraints.txt | sort -f | diff - $(LATEST)/versions.txt | grep '^>' || echo "  nothing"
+	$(LATEST)/bin/python -m pytest
+
+lock:
+	PYTHON=$(PYTHON) tools/lock.sh constraints.txt
+
 verify: $(STAMP)
 	$(PY) -m verify all $(VERIFY_ARGS)
 
@@ -33,6 +60,7 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+	DOCS_HTML=docs/_build/html $(PY) -m pytest -q tests/test_docs.py -k built_site_shows_every_figure
 
 clean:
-	rm -rf $(VENV) verify-report .pytest_cache .hypothesis docs/_build docs/_generated
+	rm -rf $(VENV) $(LATEST) verify-report .pytest_cache .hypothesis docs/_build docs/_generated
