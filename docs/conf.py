@@ -2,17 +2,19 @@
 
 Build: ``make docs`` (warnings are errors). Pages per paper, the API reference and the
 closed-form tables are generated at build time from the registries by ``_ext/toolkit_pages``;
-the jupytext notebooks in ``notebooks/`` are executed by myst-nb (cached).
+the jupytext notebooks in ``notebooks/`` are executed by myst-nb (cached). Their figures are
+drawn with matplotlib's inline backend, which ``notebooks/_helpers.py`` selects in the kernel,
+so that each becomes an image on the page (``MPLBACKEND=Agg`` here would reach the kernel and
+turn them into the text ``<Figure size ...>``); ``_ext/toolkit_pages`` fails the build when a
+notebook page shows fewer images than its notebook draws figures.
 """
 
-import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE / "_ext"))
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 project = "attention-learning theory toolkit"
 author = "the toolkit authors"

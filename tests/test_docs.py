@@ -1,6 +1,9 @@
 """The documentation site's generated parts: every closed form on its paper's page with its
-checks, the errata page current and every erratum decided by a check."""
+checks, the errata page current and every erratum decided by a check; and, in a built site,
+every figure a notebook draws shown as an image on its page."""
 
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -78,3 +81,31 @@ def test_decides_must_be_covered():
     with pytest.raises(ValueError, match="^decides:"):
         check("x.y.z", covers=["a"], method="symbolic", title="t", decides=["b"])
     assert all(set(c.decides) <= set(c.covers) for c in checks())
+
+
+NOTEBOOKS = sorted(p for p in (ROOT / "docs" / "notebooks").glob("*.py") if not p.name.startswith("_"))
+
+
+def test_figures_drawn_counts_figure_calls_in_code_only():
+    source = "# %% [markdown]\n# plt.subplots() in prose\n\n# %%\nfig, ax = plt.subplots(1, 2)\n" \
+             "plt.figure(); plt.show()\nfor i in range(2):\n    f = plt.subplot_mosaic('AB')\n"
+    assert toolkit_pages.figures_drawn(source) == 3
+    assert all(toolkit_pages.figures_drawn(p.read_text(encoding="utf-8")) for p in NOTEBOOKS)
+
+
+def test_built_site_shows_every_figure():
+    """Each notebook page of a built site (the folder in DOCS_HTML, e.g. after ``make docs``:
+    ``DOCS_HTML=docs/_build/html``) holds one output image per figure its notebook draws.
+    ``tests/test_notebooks.py`` checks the same on the executed notebooks in every test run;
+    CI runs this one after building the site."""
+    site = os.environ.get("DOCS_HTML")
+    if not site:
+        pytest.skip("set DOCS_HTML to a built site (make docs: docs/_build/html)")
+    counts = {}
+    for path in NOTEBOOKS:
+        page = Path(site) / "notebooks" / f"{path.stem}.html"
+        assert page.is_file(), f"{page} is missing"
+        images = len(re.findall(r"<img\b[^>]*\bsrc=\"[^\"]*_images/", page.read_text(encoding="utf-8")))
+        counts[path.name] = (toolkit_pages.figures_drawn(path.read_text(encoding="utf-8")), images)
+    assert all(drawn == images for drawn, images in counts.values()), \
+        f"figures drawn vs images on the page: {counts}"

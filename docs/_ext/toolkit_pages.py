@@ -171,7 +171,37 @@ def _on_docstring(app, what, name, obj, options, lines) -> None:
     plain_text_docstring(lines)
 
 
+#: A call that creates a pyplot figure, in a notebook's code.
+_FIGURE_CALL = re.compile(r"\bplt\.(?:subplots|figure|subplot_mosaic)\(")
+
+
+def figures_drawn(source: str) -> int:
+    """How many figures a jupytext percent notebook draws: its pyplot calls that create one
+    (``plt.subplots``, ``plt.figure``, ``plt.subplot_mosaic``), comments and markdown aside.
+    Each is meant to be drawn once and shown once (``plt.show()`` at the end of its cell)."""
+    return sum(len(_FIGURE_CALL.findall(line)) for line in source.splitlines()
+               if not line.lstrip().startswith("#"))
+
+
+def _on_doctree_resolved(app, doctree, docname: str) -> None:
+    """A notebook page must show every figure its notebook draws, as an image."""
+    from docutils import nodes
+    from sphinx.util import logging
+
+    path = Path(app.srcdir) / f"{docname}.py"
+    if not docname.startswith("notebooks/") or not path.is_file():
+        return
+    drawn = figures_drawn(path.read_text(encoding="utf-8"))
+    shown = len(list(doctree.findall(nodes.image)))
+    if shown < drawn:
+        logging.getLogger(__name__).warning(
+            "%s draws %d figures but its page shows %d images (a figure shown as text "
+            "'<Figure size ...>', or closed without plt.show()?)", docname, drawn, shown,
+            location=docname)
+
+
 def setup(app):
     app.connect("builder-inited", _on_builder_inited)
+    app.connect("doctree-resolved", _on_doctree_resolved)
     app.connect("autodoc-process-docstring", _on_docstring, priority=900)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

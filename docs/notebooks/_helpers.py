@@ -2,8 +2,14 @@
 
 ``show`` typesets an expression in Jupyter and prints it when a notebook runs as a script;
 ``claim`` prints a verified statement and stops the run when it does not hold; ``record``
-fetches a registered closed form and prints its source. Importing this module selects the
-Agg backend when not inside Jupyter, so scripts draw off-screen.
+fetches a registered closed form and prints its source.
+
+Figures: a notebook draws with pyplot and ends each figure's cell with ``plt.show()``.
+Importing this module selects the backend for that: inside Jupyter (the documentation
+build, ``jupytext --execute``) the inline backend, so that every figure becomes an image
+output, whatever ``MPLBACKEND`` the kernel inherited (with ``Agg``, which a test run or a
+shell may set, a figure would show as the text ``<Figure size ...>`` or not at all); as a
+script the Agg backend, so scripts draw off-screen.
 """
 
 from __future__ import annotations
@@ -23,7 +29,11 @@ def _in_notebook() -> bool:
 
 
 IN_NOTEBOOK = _in_notebook()
-if not IN_NOTEBOOK:
+if IN_NOTEBOOK:
+    from IPython import get_ipython
+
+    get_ipython().run_line_magic("matplotlib", "inline")  # figures become image/png outputs
+else:
     matplotlib.use("Agg")  # run as a script: draw off-screen, show nothing
 
 

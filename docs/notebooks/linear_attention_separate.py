@@ -115,7 +115,8 @@ print("L(M_0..M_4), Fig.-1 spectrum, N = 31:", np.round(levels, 6))
 claim("matches the independent hand values (1, 0.640580, 0.377372, 0.209805, 0.135995)",
       np.allclose(levels, [1, 0.640580, 0.377372, 0.209805, 0.135995], atol=5e-7))
 L_star = theory.get("linear_attention.merged.global_min_loss")(Lambda=Lam4, N=N31)
-claim("the last saddle is the merged global minimum", abs(levels[-1] - L_star) < 1e-14)
+claim(f"the last saddle is the merged global minimum (relative difference "
+      f"{abs(levels[-1] / L_star - 1):.1e})", abs(levels[-1] - L_star) <= 1e-12 * abs(L_star))
 
 # %% [markdown]
 # ### Erratum: the size of a drop
@@ -140,7 +141,8 @@ claim("exact drops are lambda^3/a: (0.35942, 0.26321, 0.16757, 0.07381)",
       np.allclose(drops, fig1**3 / a_eig, rtol=1e-12)
       and np.allclose(drops, [0.35942, 0.26321, 0.16757, 0.07381], atol=5e-6))
 claim("the printed drops are the eigenvalues (0.4, 0.3, 0.2, 0.1)", np.allclose(printed, fig1, rtol=1e-12))
-claim("the exact drops add up to L(M_0) - L(M_4)", abs(drops.sum() - (levels[0] - levels[-1])) < 1e-14)
+drop_gap = abs(drops.sum() - (levels[0] - levels[-1]))
+claim(f"the exact drops add up to L(M_0) - L(M_4) (difference {drop_gap:.1e})", drop_gap <= 1e-12 * levels[0])
 claim("and the printed ones do not (they add up to tr Lambda)", abs(printed.sum() - (levels[0] - levels[-1])) > 0.1)
 print("erratum:", cf_drop.erratum)
 
@@ -170,8 +172,10 @@ dv_21 = cf_rhs(v=v_test, lam=fig1, a=a_eig, tau=1.0)
 claim(f"aligned state: max |dv_flow - eq. 21| = {np.max(np.abs(dv - dv_21)):.1e}",
       np.allclose(dv, dv_21, rtol=1e-12, atol=1e-15))
 v_star = (fig1 / a_eig) ** (1 / 3)
-claim("its nonzero fixed point v* = (lambda/a)^(1/3) (eq. 20a)",
-      np.max(np.abs(cf_rhs(v=v_star, lam=fig1, a=a_eig, tau=1.0))) < 1e-15)
+# at v* the two terms of eq. 21 cancel: compare the remainder with their size
+rest_star = np.max(np.abs(cf_rhs(v=v_star, lam=fig1, a=a_eig, tau=1.0)))
+claim(f"its nonzero fixed point v* = (lambda/a)^(1/3) (eq. 20a): |dv/dt| = {rest_star:.1e}",
+      rest_star <= 1e-13 * np.max(fig1**2 * v_star**2))
 
 # %% [markdown]
 # ## 4. The implicit solution (eq. 70), and a slip in its integrand
@@ -229,24 +233,30 @@ print("drop times (half-way):", np.round(pl.drop_times, 1))
 print("measured levels       :", np.round(pl.level_at_flattest, 6))
 claim("four drops, in order", np.all(np.isfinite(pl.drop_times)) and np.all(np.diff(pl.drop_times) > 0))
 claim(f"each plateau on its saddle: max |level - L(M_m)| / gap = {dev.max():.1e} (< 1e-3)", dev.max() < 1e-3)
-claim("the loss never increases (gradient flow)", np.all(np.diff(flow.loss) <= 1e-12))
+rise = max(0.0, np.max(np.diff(flow.loss)))
+claim(f"the loss never increases (gradient flow; largest rise {rise:.1e}, integration noise)",
+      rise <= 1e-10 * levels[0])
 
 # %% [markdown]
 # ### Aligned start against the per-head scalar ODE
 #
 # From $k_i = q_i = w_\text{init} e_i$, $v_i = w_\text{init}$ every head follows its own copy
 # of eq. 21 exactly. Read off $v_i(t)$ from the flow and map it back to a time with eq. 70;
-# it must return $t$ (to the integration tolerance amplified by $dt/dv$, which blows up at
-# both ends: we use $w_\text{init}(1 + 10^{-3}) < v < (1 - 10^{-5})v^*$).
+# it must return $t$, to the integration error amplified by $dt/dv$. That factor blows up at
+# both ends, so we compare on $w_\text{init}(1 + 10^{-3}) < v < (1 - 10^{-3})v^*$, and
+# integrate at `rtol = 1e-12`. (At the default `rtol = 1e-10` the solver, taking long steps
+# once a head has settled, leaves $v$ wobbling around $v^*$ by up to $10^{-5}$: a sample
+# there read back through eq. 70 lands hundreds of time units off, by an amount that
+# depends on the CPU's floating-point kernels.)
 
 # %%
 W_AL = 1e-2
 v_a, k_a, q_a = fs.init_aligned_separate(Lam4, 4, 1, W_AL)
 t_al = np.concatenate([[0.0], np.geomspace(1.0, 3e4, 1500)])
-flow_al = fs.integrate(Lam4, N31, v_a, k_a, q_a, t_eval=t_al)
+flow_al = fs.integrate(Lam4, N31, v_a, k_a, q_a, t_eval=t_al, rtol=1e-12)
 worst = 0.0
 for i in range(4):
-    sel = (flow_al.v[:, i] > W_AL * (1 + 1e-3)) & (flow_al.v[:, i] < v_star[i] * (1 - 1e-5))
+    sel = (flow_al.v[:, i] > W_AL * (1 + 1e-3)) & (flow_al.v[:, i] < v_star[i] * (1 - 1e-3))
     t_70 = cf_time(v=flow_al.v[sel, i], v0=W_AL, lam=fig1[i], a=a_eig[i], tau=1.0)
     worst = max(worst, np.max(np.abs(t_70 / t_al[sel] - 1)))
 claim(f"every head: max |t(eq. 70) / t - 1| = {worst:.1e} (< 1e-6)", worst < 1e-6)
@@ -273,8 +283,7 @@ axes[1].set_title(rf"aligned start, $w_\mathrm{{init}} = {W_AL}$ (dotted: eq. 71
 axes[0].set_ylabel(r"population loss $\mathcal{L}(M)$")
 fig.suptitle(r"$\Lambda$ eigenvalues $(0.4, 0.3, 0.2, 0.1)$, $N = 31$, $H = D = 4$, rank 1", fontsize=10)
 fig.tight_layout()
-plt.close(fig)
-fig  # displayed in Jupyter; a no-op as a script
+plt.show()
 
 # %% [markdown]
 # ## Errata in this part

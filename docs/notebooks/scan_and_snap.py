@@ -81,7 +81,8 @@ for M, eta, t in ((1000, 0.5, 1e-6), (1000, 0.5, 364.0), (10_000, 10.0, 1e9)):
         ref = float(cont("mpmath", t=t, M=M, eta_Y=eta))
     val = cont(t=t, M=M, eta_Y=eta)
     print(f"M={M}, eta_Y={eta}, t={t:g}: h = {val:.16g} (mpmath {ref:.16g})")
-    claim(f"h(t) in float64 matches mpmath to 1e-14 at t = {t:g}", abs(val / ref - 1) < 1e-14)
+    claim(f"h(t) in float64 matches mpmath to 1e-14 at t = {t:g} (relative {abs(val / ref - 1):.1e})",
+          abs(val / ref - 1) < 1e-14)
 
 # %% [markdown]
 # **Lemma 7.** Iterating the recursion exactly (one step at a time) and comparing with $h(s)$: the gap
@@ -108,7 +109,7 @@ ax[0].plot(s[:60], hc[:60], label="h(t) (eq. 45)")
 ax[0].set_xlabel("s"); ax[0].legend()
 ax[1].loglog(s[1:], gap[1:] / bound)
 ax[1].set_xlabel("s"); ax[1].set_ylabel("(h* - h)/(2 eta_Y/M)")
-plt.close(fig)
+plt.show()
 
 # %% [markdown]
 # ## 2. Regimes, Lemma 8's roots and Lemma 9's identities
@@ -217,7 +218,7 @@ ax.loglog(tt[tt > tp] / tp, gl(t=tt[tt > tp], **kw), "--", label="stage 2 (Lemma
 ax.loglog(tt[tt > tp] / tp, gl(t=tt[tt > tp], printed=True, **kw), ":", label="Theorem 1(b) printed")
 ax.axvline(t0 / tp, color="k", lw=0.5)
 ax.set_xlabel("t / t_0'"); ax.legend()
-plt.close(fig)
+plt.show()
 
 # %% [markdown]
 # **Corollary 1.** The decoder reaches $\lVert\mathbf e_n-\boldsymbol\alpha_n\rVert\le\epsilon$ after about
@@ -235,7 +236,6 @@ claim("the recursion needs 219 steps, the sharp count 221, the bound 2303", step
 # %%
 elapsed = time.perf_counter() - T_START
 print(f"sections 1-3 ran in {elapsed:.1f} s")
-claim("sections 1-3 run in under 60 s", elapsed < 60)
 
 # %% [markdown]
 # ## B_n(t): printed vs corrected vs simulated
@@ -293,10 +293,11 @@ claim("averaged sum: the ODE's B_n is within 3% of the corrected form at every t
       np.max(np.abs(B_avg[1:] / B_cor[1:] - 1)) < 0.03)
 claim("literal sum: within 3% of 1/(4K) ln(1 + 4K Gamma/C0)", np.max(np.abs(B_lit[1:] / B_litf[1:] - 1)) < 0.03)
 claim("the printed form is off by ln(C0)/4 at every t (here > 1.5)",
-      np.min(np.abs(B_pr - B_avg)) > 1.5 and abs(math.log(C0c) / 4 - (B_pr - B_cor)[-1]) < 1e-12)
+      np.min(np.abs(B_pr - B_avg)) > 1.5
+      and abs(math.log(C0c) / 4 - (B_pr - B_cor)[-1]) <= 1e-12 * max(1.0, abs(B_pr[-1])))
 claim("the factor K: literal z_CT rate / averaged rate = K at t = 0",
       abs(attention_velocity(cls, np.zeros((Mc, Mc)), 1.0)[0][mq, 0]
-          / attention_velocity(cls, np.zeros((Mc, Mc)), 1 / Kc)[0][mq, 0] - Kc) < 1e-12)
+          / attention_velocity(cls, np.zeros((Mc, Mc)), 1 / Kc)[0][mq, 0] - Kc) <= 1e-12 * Kc)
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.semilogx(tg[1:], B_avg[1:], "o", ms=3, label="eq. 10 ODE (averaged)")
@@ -305,7 +306,7 @@ ax.semilogx(tg[1:], B_pr[1:], "--", label="printed 1/4 ln(C0 + 4 Gamma)")
 ax.semilogx(tg[1:], B_lit[1:], "s", ms=3, label="eq. 10 ODE (literal sum)")
 ax.semilogx(tg[1:], B_litf[1:], ":", label="1/(4K) ln(1 + 4K Gamma/C0)")
 ax.set_xlabel("t (batch-1 steps)"); ax.set_ylabel("B_n(t)"); ax.legend(fontsize=7)
-plt.close(fig)
+plt.show()
 
 # %% [markdown]
 # ## The attention map over training
@@ -333,7 +334,8 @@ with cpu_threads(1):
 H = np.array([dt_entropy(c, syn).mean() for c in run["c"]])
 print(f"loss at init {loss0:.12f} = ln M = {math.log(syn.M):.12f}; final loss {run['loss'][-1]:.2e}")
 print("DT entropy at 0, 10, 25, 50, 100:", np.round(H[[0, 10, 25, 50, 100]], 4))
-claim("zero init: loss = ln M", abs(loss0 - math.log(syn.M)) < 1e-13)
+claim(f"zero init: loss = ln M (difference {abs(loss0 - math.log(syn.M)):.1e})",
+      abs(loss0 - math.log(syn.M)) <= 1e-13 * math.log(syn.M))
 claim("scan: DT entropy drops by > 0.1, common-token mass falls",
       H[0] - H[-1] > 0.1 and (run["c"][-1] * syn.common).sum(1).mean() < (run["c"][0] * syn.common).sum(1).mean())
 claim("snap: |H(100) - H(50)| < 0.01", abs(H[100] - H[50]) < 0.01)
@@ -342,9 +344,9 @@ fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
 axes[0].imshow(run["c"][:, 0, :30].T, aspect="auto", origin="lower", cmap="viridis")
 axes[0].set_xlabel("iteration"); axes[0].set_ylabel("token (0-9 common, 10-19 distinct)")
 axes[1].plot(run["steps"], H); axes[1].set_xlabel("iteration"); axes[1].set_ylabel("DT entropy (nats)")
-plt.close(fig)
+fig.tight_layout()
+plt.show()
 
 # %%
 elapsed = time.perf_counter() - T_START
-print(f"notebook ran in {elapsed:.1f} s")
-claim("the whole notebook runs in under 60 s", elapsed < 60)
+print(f"notebook ran in {elapsed:.1f} s (timings: benchmarks/bench.py)")
