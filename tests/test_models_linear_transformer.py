@@ -212,6 +212,26 @@ def test_train_adam_stops_on_a_diverging_loss():
         lt.train_adam(m, Sigma, 6, steps=1, batch=2, lr=0.1, generator=g, stop_above=-1.0)
 
 
+
+def test_train_adam_stall_check():
+    # at the stall step a run whose recent mean batch loss is above the bound stops there
+    # (stalled_at); a bound above the loss lets it run on to the end
+    Sigma = np.diag([1.0, 0.5, 0.2])
+    g = torch.Generator().manual_seed(0)
+    m = lt.LinearTransformer(3, 1, "sparse").init_(g, 1e-3)
+    r = lt.train_adam(m, Sigma, 6, steps=60, batch=64, lr=1e-4, generator=g, log_every=10,
+                      stall=(20, 1e-3))
+    assert r.stalled_at == 20 and r.stopped_at is None and r.step[-1] == 20
+    g = torch.Generator().manual_seed(0)
+    m = lt.LinearTransformer(3, 1, "sparse").init_(g, 1e-3)
+    r = lt.train_adam(m, Sigma, 6, steps=60, batch=64, lr=1e-4, generator=g, log_every=10,
+                      stall=(20, 1e3))
+    assert r.stalled_at is None and r.step[-1] == 60 and r.settings["stall"] == (20, 1e3)
+    with pytest.raises(ValueError, match="^stall"):
+        lt.train_adam(m, Sigma, 6, steps=1, batch=2, lr=0.1, generator=g, stall=(0, 1.0))
+    with pytest.raises(ValueError, match="^stall"):
+        lt.train_adam(m, Sigma, 6, steps=1, batch=2, lr=0.1, generator=g, stall=5)
+
 def test_train_adam_in_the_models_precision():
     # prompts are sampled in the model's dtype: a float32 model trains (it used to fail on a
     # float64 prompt batch) and moves towards the optimum like the float64 one

@@ -349,3 +349,23 @@ def test_lemma1_is_a_polynomial_identity():
 
     assert sp.expand(tf - gd([Al.T for Al in A])) == 0
     assert sp.expand(tf - gd(A)) != 0
+
+
+def test_gdpp_control_box_keeps_the_gradients_away_from_zero():
+    """The random point of ``gdpp.mc_gradient_structure`` is drawn from GDPP_BOX so that its
+    controls (grad_A proportional to I, grad_B_0 proportional to Sigma) are well separated:
+    on a grid of the box the gradient scales stay away from 0 (g_B0 >= 0.067, max_l |g_A|
+    >= 0.11 on the 9^3 grid; here a 4^3 grid, corners included)."""
+    import itertools
+
+    from verify.checks.preconditioned_gd_multi_layer import GDPP_BOX, _gdpp_scales
+
+    lo = np.r_[GDPP_BOX["a_low"], GDPP_BOX["b_low"][0]]
+    hi = np.r_[GDPP_BOX["a_high"], GDPP_BOX["b_high"][0]]
+    for t in itertools.product(np.linspace(0, 1, 4), repeat=3):
+        a0, a1, b0 = lo + np.asarray(t) * (hi - lo)
+        g_A, g_B0 = _gdpp_scales(20, 5, [-a0, -a1], [b0, 0.5])
+        assert g_B0 >= 0.06 and np.max(np.abs(g_A)) >= 0.1, (a0, a1, b0, g_A, g_B0)
+    # the former box held a point where grad_B_0 vanishes (the wrong form held there)
+    g_A, g_B0 = _gdpp_scales(20, 5, [-0.766, -0.613], [0.86, 0.681])
+    assert abs(g_B0) < 0.01

@@ -499,15 +499,31 @@ def theorem4_gdpp(ctx):
 # Every entry of P_l, Q_l trained, L >= 2
 # =====================================================================================
 #: Settings per L. Quick: L = 2 from N(0, 0.01^2) on every entry, a short run with small
-#: batches; full: L = 2 and 3 from the same init, batch 4000, 20000 steps (L = 3: 40000). L = 3
-#: needs a ten times smaller learning rate and the paper's per-matrix clipping 0.01: with lr
-#: 0.01 the seed-0 run's batch loss passed 500 at step 170 (1.7e5; with the clipping: step 35),
-#: unclipped lr 0.003 at step 292 and 0.001 at step 889; clipped lr 0.001 runs stably, but
-#: slowly: after 20000 steps (lr halved every 6000) Dist was still 0.16-0.34 (a filed run that
-#: failed); with 40000 steps (halved every 12000) Dist falls steadily to 0.08 (A_l) and 0.02
-#: (B_l).
-FULL_ML_QUICK = {2: dict(steps=6000, batch=500, lr=0.01, halve_every=1500, betas=(0.99, 0.9),
-                         optimizer="adamw")}
+#: batches, Adam moments (0.9, 0.999) and the paper's per-matrix gradient clipping 0.01 (as in
+#: the full profile's L = 3). The former quick run (moments (0.99, 0.9), no clipping, lr halved
+#: every 1500) failed at 4 of seeds 0-7: seeds 1 and 4 passed a batch loss of 500 (the
+#: per-prompt loss is heavy-tailed: at the GD++ optimum the largest of 50 batch gradients is
+#: 12-20 times the median one, and Adam with beta_1 = 0.99 > sqrt(beta_2) amplifies such
+#: spikes), seeds 3 and 7 had not converged (seed 7: a_1 = 1.99 against 3.47; the second layer
+#: sat at the saddle a_1 = 0 for 2000 steps while the learning rate was halved). Moments
+#: (0.9, 0.999) alone (lr 0.01, halved every 1500 or 3000) still failed seeds 7, 1 and 4
+#: (too slow, or a loss excursion at step 3000), lr 0.02 diverged at seeds 3, 4; with clipping
+#: 0.01 (the gradient norms are 0.03-0.07 at the start and 0.04-0.6 at the optimum, so every
+#: step is normalised and a spike weighs no more than any other batch), the seeds 7, 1, 4 reach
+#: (a_0, a_1, b_0) = (0.54, 3.5, 0.86) by step 2000-3000 and end at Dist <= 0.03. Full: L = 2
+#: and 3 from the same init, batch 4000, 20000 steps (L = 3: 40000). L = 3 needs a ten times
+#: smaller learning rate and the paper's per-matrix clipping 0.01: with lr 0.01 the seed-0
+#: run's batch loss passed 500 at step 170 (1.7e5; with the clipping: step 35), unclipped lr
+#: 0.003 at step 292 and 0.001 at step 889; clipped lr 0.001 runs stably, but slowly: after
+#: 20000 steps (lr halved every 6000) Dist was still 0.16-0.34 (a filed run that failed); with
+#: 40000 steps (halved every 12000) Dist falls steadily to 0.08 (A_l) and 0.02 (B_l).
+FULL_ML_QUICK = {2: dict(steps=6000, batch=500, lr=0.02, halve_every=2000, betas=(0.9, 0.999),
+                         clip=0.01, optimizer="adamw", stall=(1500, 0.5))}
+#: Attempts per L: a quick run that is still on the dead-layer plateau at step 1500 (mean batch
+#: loss above 0.5; the plateau sits at 0.66-0.77, converging runs are below 0.3 by then, the
+#: GD++ optimum is 0.0575) or that the guard stops is restarted from a fresh N(0, 0.01^2)
+#: draw of the same generator, at most this many runs in all.
+FULL_ML_ATTEMPTS = {"quick": 3, "full": 1}
 FULL_ML_FULL = {2: dict(steps=20000, batch=4000, lr=0.01, halve_every=4000, betas=(0.99, 0.9),
                         optimizer="adamw", compile=True, threads=None),
                 3: dict(steps=40000, batch=4000, lr=0.001, halve_every=12000, clip=0.01,
@@ -540,7 +556,13 @@ def full_multilayer(ctx):
     model must beat the sparse optimum (``optimal_loss``) significantly.
 
     Both profiles start from ``N(0, 0.01^2)`` on every entry. Quick: ``L = 2``, 6000 steps of
-    batch 500 (looser tolerances). Full: ``L = 2`` and ``3``, 20000 steps of batch 4000
+    batch 500, Adam (0.9, 0.999), lr 0.02 halved every 2000, per-matrix clipping 0.01, and a
+    run still on the dead-layer plateau at step 1500 restarted (:data:`FULL_ML_QUICK`,
+    :data:`FULL_ML_ATTEMPTS`); seeds 0-19: all pass (3 needed one restart), Dist <= 0.042,
+    ``(a_0, a_1, b_0)`` within 4.8 % of the GD++ optimum (``a_0`` sits 3-5 % above it in every
+    run: the full parametrisation's optimum moves off GD++'s through the label-label
+    entries), held-out loss 9-41 % above the GD++ optimum's (not tested in the quick
+    profile). Full: ``L = 2`` and ``3``, 20000 steps of batch 4000
     (``L = 3``: 40000 steps with a smaller, clipped learning rate, :data:`FULL_ML_FULL`).
     Seed 0, ``L = 2``: Dist <= 0.021, ``(a_0, a_1, b_0)`` within 2 % of the GD++ optimum,
     paired loss 6 % above it. ``L = 3`` needs the longer run: after 20000 steps Dist was still
@@ -565,14 +587,35 @@ def full_multilayer(ctx):
     minima = gdpp_minima(n, d)
     (a_gd, b_gd, f_gd), (a_2nd, b_2nd, _) = minima[0], minima[1]
     z_crit = z_threshold(len(Ls))
+    # the controls' values at the theory's point (Theorem 4's set at the GD++ optimum): what a
+    # converged run shows them, against their tolerances
+    ab_opt = np.r_[-a_gd, b_gd[0]]
+    expect = {"plain GD": float(dist_to_identity(Sinv)),
+              "second minimum": float(np.max(np.abs(np.r_[-a_2nd, b_2nd[0]] - ab_opt) / np.abs(ab_opt)))}
     parts, controls, per_L = {}, [], {}
     for L in Ls:
         gen = ctx.torch_generator(ctx.device)
-        model = LinearTransformer(d, L, "full", device=ctx.device, dtype=dtype)
-        model.init_(gen, 0.01)
-        start_dist_B0 = float(dist_to_identity(model.B_matrices())[0])
-        run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
-                         stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings_L[L])
+        attempts = []
+        for _ in range(FULL_ML_ATTEMPTS[ctx.profile]):
+            model = LinearTransformer(d, L, "full", device=ctx.device, dtype=dtype)
+            model.init_(gen, 0.01)
+            start_dist_B0 = float(dist_to_identity(model.B_matrices())[0])
+            run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
+                             stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings_L[L])
+            attempts.append({"stopped at": run.stopped_at, "stalled at": run.stalled_at,
+                             "last batch loss": float(run.batch_loss[-1]),
+                             "seconds": run.seconds})
+            if run.stopped_at is None and run.stalled_at is None:
+                break
+        if run.stalled_at is not None:
+            return Outcome(
+                measured={"stalled at": run.stalled_at, "attempts": attempts},
+                predicted={"a run past the plateau": True}, discrepancy=float("inf"),
+                tolerance=1.0,
+                criterion=f"Full P_l, Q_l, L = {L}: every one of {len(attempts)} runs was still on "
+                          "the plateau at the stall check",
+                details={"settings": settings_L[L], "L": L, "attempts": attempts,
+                         "batch loss": _loss_trajectory(run)})
         if run.stopped_at is not None:
             return _stopped(run, f"Full P_l, Q_l, L = {L}.",
                             {"settings": settings_L[L], "L": L, "per L (finished)": per_L,
@@ -595,7 +638,9 @@ def full_multilayer(ctx):
         parts[f"L={L}: max_(l<L-1) Dist(B_l, I) / tol"] = float(dist_B[:L - 1].max()) / tol_dist
         parts[f"L={L}: -z_crit / z(trained - sparse optimum)"] = (
             -z_crit / (delta / se_delta) if delta < 0 else float("inf"))
-        controls.append(Control(f"L={L}: plain GD (A_l proportional to I): min_l Dist(A_l, I)",
+        controls.append(Control(f"L={L}: plain GD (A_l proportional to I): min_l Dist(A_l, I) (at "
+                                f"Theorem 4's set: Dist(Sigma^-1, I) = {expect['plain GD']:.3f}, "
+                                f"{expect['plain GD'] / tol_dist:.1f} x tol)",
                                 float(dist_A.min()), tol_dist))
         info = {"Dist(Sigma^1/2 A_l Sigma^1/2, I)": dist_M, "Dist(A_l, I)": dist_A,
                 "Dist(B_l, I)": dist_B, "a_l (eq. 8 sign)": a, "b_l": b,
@@ -604,7 +649,7 @@ def full_multilayer(ctx):
                 "held-out loss": [f_tr, est.se[0]], "sparse optimum (same prompts)": [f_sp, est.se[1]],
                 "paired (trained - sparse optimum)": [delta, se_delta],
                 "optimal_loss (sparse)": f_sparse, "final batch loss": float(run.batch_loss[-1]),
-                "start Dist(B_0, I)": start_dist_B0,
+                "start Dist(B_0, I)": start_dist_B0, "attempts": attempts,
                 "batch loss": _loss_trajectory(run), "seconds": run.seconds}
         if L == 2:
             ab, ab_gd = np.r_[a, b[0]], np.r_[-a_gd, b_gd[0]]       # GD++ in the eq.-8 sign
@@ -615,6 +660,7 @@ def full_multilayer(ctx):
             err = rel_err(ab_gd)
             err_2nd = rel_err(np.r_[-a_2nd, b_2nd[0]])
             err_sparse = rel_err(np.r_[a_sparse, 0.0])
+            exp_sparse = float(np.max(np.abs(np.r_[a_sparse, 0.0] - ab_gd) / np.abs(ab_gd)))
             est_gd = _paired_loss(ctx.rng, Sigma, n, total, (P, Q),
                                   general_layers(a_gd[:, None, None] * Sinv,
                                                  b_gd[:, None, None] * np.eye(d)))
@@ -625,8 +671,10 @@ def full_multilayer(ctx):
                     abs(excess) / tol_excess)
             controls += [
                 Control("L=2: the second GD++ minimum (a = (0.769, 2.644), b_0 = 0.353): max rel. "
-                        "error", err_2nd, tol_ab),
-                Control("L=2: the sparse optimum (b_0 = 0): max rel. error", err_sparse, tol_ab)]
+                        f"error (at the GD++ optimum: {expect['second minimum']:.2f}, "
+                        f"{expect['second minimum'] / tol_ab:.1f} x tol)", err_2nd, tol_ab),
+                Control("L=2: the sparse optimum (b_0 = 0): max rel. error (at the GD++ optimum: "
+                        f"{exp_sparse:.2f}, {exp_sparse / tol_ab:.1f} x tol)", err_sparse, tol_ab)]
             info.update({"GD++ optimum (a, b_0, gdpp.loss)": (-a_gd, b_gd[0], f_gd),
                          "max rel. error vs GD++ optimum": err,
                          "paired (trained - GD++ optimum)": [est_gd.mean[2], est_gd.se[2]],
@@ -646,10 +694,17 @@ def full_multilayer(ctx):
                    f"(a_0, a_1, b_0) within {tol_ab:.0%} of the global minimum of gdpp.loss"
                    + (f" and the paired loss within {tol_excess:.0%} of its value"
                       if tol_excess is not None else "") + f" ({total} prompts). "
-                   + ("Quick: 6000 steps of batch 500 from N(0, 0.01^2) on every entry; the runs "
-                      "tried reached Dist 0.05-0.14 and (a, b) within 8 %, not yet the optimum's "
-                      "loss; the tolerances are below a quarter of the wrong hypotheses' distances "
-                      "(plain GD 0.83, the second GD++ minimum 2.1)." if ctx.profile == "quick" else
+                   + ("Quick: 6000 steps of batch 500 from N(0, 0.01^2) on every entry, Adam "
+                      "(0.9, 0.999), lr 0.02 halved every 2000, per-matrix gradient clipping 0.01; "
+                      "a run on the dead-layer plateau at step 1500 (mean batch loss > 0.5) or "
+                      f"stopped by the guard is restarted (at most {FULL_ML_ATTEMPTS['quick']} runs; "
+                      f"this one: {len(attempts)}). Tolerances from the spread over seeds 0-19 "
+                      "(all converged, 3 after one restart): Dist <= 0.042 (tolerance 0.2: 4.8 "
+                      "times that) and (a, b) within 4.8 % (tolerance 15 %: 3.1 times); the "
+                      "controls' values at Theorem 4's set / the GD++ optimum are 3.9 (plain GD, "
+                      "0.784), 4.0 (second minimum, 0.59) and 6.7 (sparse optimum, 1.0) times "
+                      "their tolerances (seeds 0-19: at least 3.86, 3.86, 6.57 times)."
+                      if ctx.profile == "quick" else
                       "Full: from N(0, 0.01^2) on every entry, float32, compiled loss.")),
         controls=controls,
         details={"settings": settings_L, "per L": per_L, "parts": parts,

@@ -644,6 +644,9 @@ class TrainResult:
         The step whose batch loss was non-finite or above ``stop_above`` (the run stopped
         there, before the optimiser step; that loss is the last logged one); None if it ran
         to the end.
+    stalled_at : int or None
+        The step ``stall[0]`` when the run stopped there for a mean batch loss above
+        ``stall[1]`` (:func:`train_adam`); None otherwise.
     """
 
     step: np.ndarray
@@ -654,6 +657,7 @@ class TrainResult:
     seconds: float
     settings: dict = field(default_factory=dict)
     stopped_at: int | None = None
+    stalled_at: int | None = None
 
 
 def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, generator,
@@ -661,7 +665,7 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
                halve_every: int | None = None, clip: float | None = None,
                resample_every: int = 1, task: str = "inverse", log_every: int = 10,
                device=None, threads: int | None = 1, compile: bool = False,
-               stop_above: float | None = None,
+               stop_above: float | None = None, stall: tuple[int, float] | None = None,
                iterate: Callable[[Iterable, str], Iterable] | None = None) -> TrainResult:
     """Train a :class:`LinearTransformer` with Adam/AdamW on freshly sampled prompts (§4.3, §5.1).
 
@@ -706,6 +710,10 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         Stop the run (``TrainResult.stopped_at``) at the first batch loss above this value;
         a non-finite batch loss always stops it (every step reads its loss back: one device
         synchronisation per step).
+    stall : (int, float), optional
+        ``(step, loss)``: at ``step``, stop the run (``TrainResult.stalled_at``) when the mean
+        batch loss of the last ``max(1, step // 10)`` steps is above ``loss`` (a run still on a
+        plateau, e.g. at a saddle, that the caller may restart).
     iterate : callable, optional
         ``iterate(range, desc)`` progress wrapper.
     """
@@ -735,6 +743,12 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
     log_every = _positive_int("log_every", log_every)
     if stop_above is not None:
         stop_above = _positive_float("stop_above", stop_above)
+    if stall is not None:
+        try:
+            stall_step, stall_loss = stall
+        except (TypeError, ValueError):
+            raise ValueError(f"stall: expected a pair (step, loss), got {stall!r}") from None
+        stall = (_positive_int("stall step", stall_step), _positive_float("stall loss", stall_loss))
     lam = _validate_sigma(Sigma)
     if lam.shape[0] != model.d:
         raise ValueError(f"Sigma: dimension {lam.shape[0]} does not match the model's d = {model.d}")
@@ -777,7 +791,8 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         if iterate is not None:
             loop = iterate(loop, f"Adam, L={model.L}, {model.parametrisation}")
         data = None
-        stopped_at = None
+        stopped_at = stalled_at = None
+        recent: list[float] = []
         for k in loop:
             if data is None or (k - 1) % resample_every == 0:
                 data = sample_tokens_torch(None, n, batch, generator=generator, task=task,
@@ -789,6 +804,12 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
                 stopped_at = k
                 log(k, value)
                 break
+            if stall is not None and k <= stall[0]:
+                recent.append(value)
+                if k == stall[0] and np.mean(recent[-max(1, stall[0] // 10):]) > stall[1]:
+                    stalled_at = k
+                    log(k, value)
+                    break
             loss.backward()
             if clip is not None:
                 with torch.no_grad():
@@ -811,5 +832,5 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         settings=dict(optimizer=optimizer, lr=lr, betas=(b1, b2), weight_decay=weight_decay,
                       halve_every=halve_every, clip=clip, batch=batch, steps=steps,
                       resample_every=resample_every, task=task, device=str(device),
-                      compile=compile, stop_above=stop_above),
-        stopped_at=stopped_at)
+                      compile=compile, stop_above=stop_above, stall=stall),
+        stopped_at=stopped_at, stalled_at=stalled_at)
