@@ -33,21 +33,6 @@ EXAMPLES_PER_ID = 30
 CALL_LIMIT_S = 1.0
 
 
-def valid_value(p):
-    """A value that is valid for the parameter ``p`` on its own (D = 3 where a size is fixed)."""
-    return {
-        "covariance": [1.0, 0.5, 0.25],
-        "matrix": [[1.0, 0.2, 0.0], [0.1, 1.0, 0.0], [0.0, 0.3, 1.0]],
-        "vector": [0.1, -0.2, 0.3],
-        "index": max(p.low, 1),
-        "positive": 0.5,
-        "nonnegative": 0.5,
-        "real": -0.5,
-        "subset": [1],
-        "steps": [0.5],
-    }[p.kind]
-
-
 # -- values no parameter of a given kind accepts --------------------------------------------------
 _scalar_junk = st.one_of(
     st.none(), st.booleans(), st.text(max_size=6), st.sampled_from(["NaN", "Infinity", "1", "1e3"]),
@@ -116,7 +101,7 @@ _key = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_01
 @st.composite
 def broken_call(draw, cf):
     """``(json_text, name)``: a broken parameter object and the name its error must lead with."""
-    params = {p.name: valid_value(p) for p in cf.params}
+    params = {p.name: p.example() for p in cf.params}
     how = draw(st.sampled_from(["value", "value", "value", "missing", "unknown", "not an object",
                                 "not JSON"]))
     if how == "value":

@@ -23,23 +23,8 @@ from theory.params import INDEX_MAX
 RECORDS = theory.records()
 
 
-def valid_value(p):
-    """A value valid for ``p`` on its own (D = 3 where a size is fixed)."""
-    return {
-        "covariance": [1.0, 0.5, 0.25],
-        "matrix": np.eye(3) + 0.1,
-        "vector": [0.1, -0.2, 0.3],
-        "index": max(p.low, 1),
-        "positive": 0.5,
-        "nonnegative": 0.5,
-        "real": -0.5,
-        "subset": [1],
-        "steps": [0.5],
-    }[p.kind]
-
-
 def call_with(cf, name, value):
-    kw = {p.name: valid_value(p) for p in cf.params}
+    kw = {p.name: p.example() for p in cf.params}
     kw[name] = value
     return cf(**kw)
 
@@ -167,9 +152,9 @@ def test_shapes_that_do_not_broadcast_name_the_parameter():
                          ids=lambda cf: cf.id)
 def test_every_record_names_a_clashing_shape(cf):
     scalars = [p for p in cf.params if p.kind in ("positive", "nonnegative", "real")]
-    kw = {p.name: valid_value(p) for p in cf.params}
-    kw[scalars[0].name] = np.full(2, valid_value(scalars[0]))
-    kw[scalars[1].name] = np.full(3, valid_value(scalars[1]))
+    kw = {p.name: p.example() for p in cf.params}
+    kw[scalars[0].name] = np.full(2, scalars[0].example())
+    kw[scalars[1].name] = np.full(3, scalars[1].example())
     with pytest.raises(ValueError, match=f"^{scalars[1].name}: an array of shape \\(3,\\) does not broadcast"):
         cf(**kw)
 

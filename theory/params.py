@@ -121,6 +121,21 @@ class Param:
         }[self.kind]
         return f"{self.name}: {what}. {self.doc}"
 
+    def example(self) -> Any:
+        """A value valid for this parameter on its own (dimension 3 where it has one); a
+        record's domain may still refuse the combination."""
+        return {
+            "covariance": [1.0, 0.5, 0.25],
+            "matrix": [[1.1, 0.1, 0.1], [0.1, 1.1, 0.1], [0.1, 0.1, 1.1]],
+            "vector": [0.1, -0.2, 0.3],
+            "index": max(self.low, 1),
+            "positive": 0.5,
+            "nonnegative": 0.5,
+            "real": -0.5,
+            "subset": [1],
+            "steps": [0.5],
+        }[self.kind]
+
 
 def _fail(p: Param, msg: str) -> ValueError:
     return ValueError(f"{p.name}: {msg}")
