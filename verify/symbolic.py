@@ -135,7 +135,9 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
                 # negative control: the printed form of an erratum must differ, symbolically and in value
                 values = dict(r.example) if r.example else sample_params(r, ctx.rng)
                 gap = rel_max(r(**values, printed=True), r(**values))
-                controls.append(Control(f"{r.id}: printed form (erratum) differs", 0.0 if same else gap, 1e-6))
+                # expected: the printed form's gap from the derived one (closed forms, no sampling)
+                controls.append(Control(f"{r.id}: printed form (erratum) differs", 0.0 if same else gap, 1e-6,
+                                        expected=gap))
             elif same:
                 agreed.append(r.id)
             else:
@@ -144,8 +146,9 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
         if not controls:  # no erratum in this topic: a deliberately wrong form must be told apart
             r = theory.get(control_id)
             wrong = 2 * r.expr
-            controls.append(Control(f"{control_id}: twice the derived form", 0.0 if equal(r.expr, wrong) else 1.0,
-                                    0.5))
+            stat = 0.0 if equal(r.expr, wrong) else 1.0
+            # an exact symbolic comparison (no sampling): the statistic is its own expected value
+            controls.append(Control(f"{control_id}: twice the derived form", stat, 0.5, expected=stat))
         return Outcome(
             measured={"agree": len(agreed), "mismatch": mismatched, "stable_rewrite_mismatch": stable_bad},
             predicted={"mismatch": [], "stable_rewrite_mismatch": []},
@@ -179,8 +182,10 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
         v = vals[control_param]
         nudged = dict(vals, **{control_param: (np.asarray(v) * (1 + 1e-6)).tolist() if isinstance(v, list)
                                else v * (1 + 1e-6)})
+        # expected: the nudged closed form's gap from the unnudged one, both in float64
         ctrl = [Control(f"{control_id} with {control_param} scaled by 1 + 1e-6",
-                        rel_err(r(**nudged), ref, scales[control_id]), tolerance)]
+                        rel_err(r(**nudged), ref, scales[control_id]), tolerance,
+                        expected=rel_err(r(**nudged), r(**vals), scales[control_id]))]
         return Outcome(
             measured=worst, predicted=0.0, discrepancy=worst, tolerance=tolerance,
             criterion=f"max over {points} random points per record of |numpy - mpmath(50 digits)| / "

@@ -142,16 +142,22 @@ def torch_forward_identity(ctx):
         "(1/N) sum y_n^2 vs w^T Lhat w (eq. 28)": rel_max((y ** 2).mean(-1),
                                                           np.einsum("bd,bde,be->b", wn, Lhat, wn)),
     }
+    # expected (exact identities on fixed inputs, no sampling): the gap between the wrong and
+    # the true closed form. Row-major vec(beta x_q^T) = beta (x) x_q pairs with U_i as
+    # x_q^T U_i beta, i.e. the transposed effective matrix; rho = N + 1 rescales by N / (N + 1).
+    transposed = np.einsum("bi,ji,bj->b", beta, np.einsum("h,hij->ij", v, U), Xn[:, :D, N])
+    gap_transposed = rel_max(transposed, eq_m)
     controls = [
         Control("MLP on row-major vec(beta x_q^T) = beta (x) x_q", rel_max(mlp_c, eq_m),
-                ROUNDOFF_RTOL),
+                ROUNDOFF_RTOL, expected=gap_transposed),
         Control("rho = N + 1 (query counted as context)", rel_max(rho1_pred, eq_m),
-                ROUNDOFF_RTOL),
+                ROUNDOFF_RTOL, expected=rel_max(eq_m * N / (N + 1), eq_m)),
         Control("D.1 without the query's x_q x_q^T / N in X X^T", rel_max(full_g, r9_noq),
-                ROUNDOFF_RTOL),
+                ROUNDOFF_RTOL, expected=rel_max(r9, r9_noq)),
         Control("effective matrix transposed (beta^T M^T x_q)",
                 rel_max(full, np.einsum("bi,ji,bj->b", beta, np.einsum("h,hij->ij", v, U),
-                                         Xn[:, :D, N])), ROUNDOFF_RTOL),
+                                         Xn[:, :D, N])), ROUNDOFF_RTOL,
+                expected=rel_max(eq_m, transposed)),
     ]
     worst = max(errors.values())
     return Outcome(
@@ -338,12 +344,16 @@ def torch_training(ctx):
             f"the last {window} steps and e_noise its measured noise excess (batch means, "
             f"{n_blocks} blocks): a Gaussian quadratic form exceeds z_crit^2 = {z_crit**2:.1f} "
             "times its mean with probability <= 1e-6"),
+        # expected: each statistic with the exact flow / M* in place of the SGD run: the flow's
+        # own half-time on the halved clock (0.5), and q(M* - Lambda^{-1}) / e_noise
         controls=[
             Control("time mapping t/tau = eta k (factor 2 missing): |t_half/t_half(flow) - 1|",
-                    r_map, HALF_TIME_RTOL),
+                    r_map, HALF_TIME_RTOL,
+                    expected=abs(half_time(flow.t / 2.0, flow.loss, final=L_star) / th_flow - 1.0)),
             Control("final M_bar vs the N -> infinity limit Lambda^{-1} (in-context least "
                     "squares with the true covariance): q(M_bar - Lambda^{-1}) / e_noise",
-                    fa["ratio_limit"], z_crit**2),
+                    fa["ratio_limit"], z_crit**2,
+                    expected=float(_quadratic_part(Lam, N, M_star - M_inf) / fa["e_noise"])),
         ],
         details={
             "setting": setting, "D": D, "N": N, "H": H, "w_init": w_init, "eta": eta,

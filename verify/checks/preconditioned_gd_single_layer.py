@@ -119,7 +119,8 @@ def mc_optimum(ctx):
             per[name][alt] = {"exact_gap": gap, "mc_gap": float(r.mean[j]), "se": float(r.se[j]),
                               "z_vs_exact_gap": z_gap}
             controls.append(Control(f"{name}: {alt} as optimal as Gamma* (paired gap = 0)",
-                                    abs(_z(r.mean[j], r.se[j], 0.0)), 0.0))
+                                    abs(_z(r.mean[j], r.se[j], 0.0)), 0.0,
+                                    expected=float(abs(gap) / r.se[j])))  # exact gap / measured s.e.
     z_crit = z_threshold(len(zs))
     for c in controls:
         c.tolerance = z_crit
@@ -180,7 +181,8 @@ def mc_perturbation(ctx):
         criterion=(f"max |z| of the paired MC excess losses vs loss(Gamma*+Delta) - optimal_loss and vs "
                    f"tr(Sigma Delta^T E[S^2] Delta) ({2 * len(deltas)} comparisons) < z_threshold"),
         controls=[Control("transposed excess tr(Sigma Delta E[S^2] Delta^T)",
-                          float(np.max(np.abs(r.z(transposed)))), z_crit)],
+                          float(np.max(np.abs(r.z(transposed)))), z_crit,
+                          expected=float(np.max(np.abs(transposed - exact) / r.se)))],
         details={"d": d, "n": n, "eigenvalues": list(SMALL_EIGENVALUES), "prompts": r.n,
                  "deltas": list(deltas), "se": r.se.tolist(), "z": z.tolist(),
                  "transposed_form": transposed.tolist(),
@@ -284,6 +286,13 @@ def lifted_least_squares(ctx):
     disc = max(float(np.max(np.abs(z_coef))), max(-z_ls_below, 0.0), abs(z_opt))
     k, l = np.triu_indices(d + 1)
     block = m_hat.reshape(k.size, d)[(l == d) & (k < d)]
+    # expected control z: |wrong - true coefficients| over the sandwich s.e. of the fit under
+    # Gamma* (the same formula as _SandwichLS.z, from the accumulated sums; no new sampling)
+    Hinv = np.linalg.inv(ls.H / ls.N)
+    gbar = ls.g["Gamma*"] / ls.N
+    cov_g = (ls.gg["Gamma*"] - ls.N * np.outer(gbar, gbar)) / (ls.N - 1)
+    se_coef = np.sqrt(np.diag(Hinv @ cov_g @ Hinv / ls.N))
+    exp_coef = {name: float(np.max(np.abs(hyp[name] - hyp["Gamma*"]) / se_coef)) for name in hyp}
     return Outcome(
         measured={"coefficients_on_h_j_xq_j'": block.tolist(), "held_out_loss": float(h.mean[0])},
         predicted={"Gamma_star": G.tolist(), "optimal_loss": f_star},
@@ -291,7 +300,8 @@ def lifted_least_squares(ctx):
         criterion=(f"max over: |z| of all {K} least-squares coefficients vs those of h^T Gamma* x_q "
                    "(sandwich SEs), the one-sided z of (held-out LS loss - loss at Gamma*, paired) below 0, "
                    f"and |z| of the held-out loss at Gamma* vs optimal_loss; < z_threshold({K + 2})"),
-        controls=[Control(f"coefficients of {name}", float(np.max(np.abs(ls.z(name)))), z_crit)
+        controls=[Control(f"coefficients of {name}", float(np.max(np.abs(ls.z(name)))), z_crit,
+                          expected=exp_coef[name])
                   for name in hyp if name != "Gamma*"],
         details={"d": d, "n": n, "features": K, "train": train, "held_out": h.n,
                  "held_out_ls_minus_gamma_star": float(h.mean[1]), "se": float(h.se[1]),
@@ -330,8 +340,13 @@ def mc_inverse_task(ctx):
         # exact gap of 1.1 G along the direction: f(a) quadratic, f(1.1 a*) - f* = 0.01 * (d - f*)
         gap_scaled = 0.01 * (d - f_star)
         zs += [_z(r.mean[0], r.se[0], f_star), _z(r.mean[2], r.se[2], gap_scaled)]
+        # expected: the exact gap f(G1) - f* under w* ~ N(0, Sigma^{-1}) over the measured s.e.;
+        # f(A) = d - 2 tr(Sigma A) + (n+d+1)/n tr(Sigma A^T Sigma A) (E[S Sigma^{-1} S] =
+        # (n+d+1)/n Sigma), which gives f* = d(d+1)/(n+d+1) at n/(n+d+1) Sigma^{-1}
+        f_G1 = d - 2 * np.trace(Sigma @ G1) + (n + d + 1) / n * np.trace(Sigma @ G1.T @ Sigma @ G1)
         controls.append(Control(f"d={d}, n={n}: Theorem 1's Gamma* as optimal here (paired gap = 0)",
-                                abs(_z(r.mean[1], r.se[1], 0.0)), 0.0))
+                                abs(_z(r.mean[1], r.se[1], 0.0)), 0.0,
+                                expected=float(abs(f_G1 - f_star) / r.se[1])))
         per.append({"d": d, "n": n, "f_star": f_star, "mc": float(r.mean[0]), "se": float(r.se[0]),
                     "gap_theorem1": float(r.mean[1]), "gap_theorem1_se": float(r.se[1]),
                     "gap_1.1x": float(r.mean[2]), "gap_1.1x_predicted": gap_scaled})
@@ -413,7 +428,7 @@ def relu_mc_loss(ctx):
         exp_lin = abs(gap_lin) / r.se[j_lin]
         controls.append(Control(f"d={d}, n={n}: linear-attention scale -n/(n+d+1) as the minimiser "
                                 f"(paired gap = 0; expected z {exp_lin:.1f})",
-                                abs(_z(r.mean[j_lin], r.se[j_lin], 0.0)), 0.0))
+                                abs(_z(r.mean[j_lin], r.se[j_lin], 0.0)), 0.0, expected=float(exp_lin)))
         # a wrong curvature: c of linear attention, (n+d+1)/n, in place of (n+2d+3)/(4n)
         c_lin = (n + d + 1) / n
         wrong = {name: c_lin * np.sum(A**2) + np.trace(A) + d for name, A in mats.items()}
@@ -422,7 +437,7 @@ def relu_mc_loss(ctx):
         exp_curv = abs(wrong_gap - (exact["0.8 A*"] - exact["A*"])) / r.se[j_08]
         controls.append(Control(f"d={d}, n={n}: linear-attention curvature (n+d+1)/n in f(A), paired gap at "
                                 f"0.8 A* (expected z {exp_curv:.0f})",
-                                abs(_z(r.mean[j_08], r.se[j_08], wrong_gap)), 0.0))
+                                abs(_z(r.mean[j_08], r.se[j_08], wrong_gap)), 0.0, expected=float(exp_curv)))
         per.append({"d": d, "n": n, "prompts": total, "f_star": f_star, "mc_at_A_star": float(r.mean[0]),
                     "se": float(r.se[0]),
                     "paired_gaps_mc": dict(zip(names, r.mean[1:].tolist())),
@@ -483,14 +498,16 @@ def one_theory(ctx):
     merged_L = theory.get("linear_attention.merged.global_min_loss").expr
     N = sym("N")
     wrong_loss = merged_L.xreplace({N: N + 1})  # an off-by-one context length
+    stats = [0.0 if ident["control_inverse_task_optimum"] else 1.0,
+             0.0 if equal(sl.to_merged_symbols(sl.derive_optimal_loss()), wrong_loss) else 1.0,
+             0.0 if equal(sl.to_merged_symbols(sl.derive_loss()).xreplace({sym("A"): sym("M").T}),
+                          theory.get("linear_attention.merged.loss").expr) else 1.0]
+    # exact symbolic comparisons (no sampling): each statistic is its own expected value
     controls = [
-        Control("Theorem-3-model optimum n/(n+d+1) Sigma^-1 == merged.converged_matrix",
-                0.0 if ident["control_inverse_task_optimum"] else 1.0, 0.5),
-        Control("optimal_loss == merged.global_min_loss at N + 1",
-                0.0 if equal(sl.to_merged_symbols(sl.derive_optimal_loss()), wrong_loss) else 1.0, 0.5),
-        Control("loss(A) == merged.loss(M = A^T) (transpose convention)",
-                0.0 if equal(sl.to_merged_symbols(sl.derive_loss()).xreplace({sym("A"): sym("M").T}),
-                             theory.get("linear_attention.merged.loss").expr) else 1.0, 0.5),
+        Control("Theorem-3-model optimum n/(n+d+1) Sigma^-1 == merged.converged_matrix", stats[0], 0.5,
+                expected=stats[0]),
+        Control("optimal_loss == merged.global_min_loss at N + 1", stats[1], 0.5, expected=stats[1]),
+        Control("loss(A) == merged.loss(M = A^T) (transpose convention)", stats[2], 0.5, expected=stats[2]),
     ]
     return Outcome(
         measured={k: bool(v) for k, v in claims.items()}, predicted={k: True for k in claims},

@@ -182,13 +182,16 @@ def theorem3_sparse(ctx):
         parts[f"L={L}: paired loss excess / f* / tol"] = excess / tol_excess
         parts[f"L={L}: |z| of MC f(a*) vs optimal_loss / z_crit"] = abs(z_opt) / z_crit
         parts[f"L={L}: -z(trained - optimum) / z_crit"] = -(delta / se_delta) / z_crit
+        # expected: each statistic at the theory's point (A_l = a*_l Sigma^{-1}): Dist(Sigma^-1, I),
+        # the closed-form gap of the n/2 steps from a*, and |f* - f(n/2)| over the measured s.e.
         controls += [
             Control(f"L={L}: plain GD (A_l proportional to I): min_l Dist(A_l, I)",
-                    float(dist_A.min()), tol_dist),
+                    float(dist_A.min()), tol_dist, expected=dist_sigma_inv),
             Control(f"L={L}: optimal steps at the wrong context length n/2: max rel. error",
-                    step_err_wrong, tol_steps),
+                    step_err_wrong, tol_steps,
+                    expected=float(np.max(np.abs(a_star / a_wrong - 1.0)))),
             Control(f"L={L}: MC f(a*) vs optimal_loss at the wrong context length n/2: |z|",
-                    abs(z_wrong), z_crit),
+                    abs(z_wrong), z_crit, expected=float(abs(f_star - f_wrong) / se_opt)),
         ]
         per_L[L] = {
             "Dist(Sigma^1/2 A_l Sigma^1/2, I)": dist_M, "Dist(A_l, I)": dist_A,
@@ -335,13 +338,17 @@ def theorem3_full(ctx):
                    "runs tried reached ~1 % (window-averaged); 5 % is still far below the "
                    "wrong-task preconditioner's distance" if ctx.profile == "quick" else
                    f"max of normalised discrepancies <= 1 (full profile tolerances {FULL_TOL['full']})"),
+        # expected: each statistic at the theory's point Gamma = Gamma* (closed forms), the
+        # last over the measured s.e.
         controls=[
             Control("Theorem 1's preconditioner (task w ~ N(0, I), with the tr(Sigma) ridge): "
-                    "weighted error", err_wrong, tol_pre),
+                    "weighted error", err_wrong, tol_pre,
+                    expected=_weighted_err(G_star, G_wrong, Sh)),
             Control("plain GD (Gamma proportional to I): Dist(Gamma, I)",
-                    float(dist_to_identity(G)), tol_pre),
+                    float(dist_to_identity(G)), tol_pre, expected=float(dist_to_identity(G_star))),
             Control("MC f(Gamma*) vs optimal_loss_inverse_task at the wrong context length n/2: |z|",
-                    abs((f_opt - f_wrong) / se_opt), z_crit),
+                    abs((f_opt - f_wrong) / se_opt), z_crit,
+                    expected=float(abs(f_star - f_wrong) / se_opt)),
         ],
         details={"settings": settings, "Sigma eigenvalues": np.linalg.eigvalsh(Sigma),
                  "parts": parts, "off-block norms": off, "Dist(Sigma^1/2 Gamma Sigma^1/2, I)":
@@ -463,14 +470,21 @@ def theorem4_gdpp(ctx):
                                  b=[0.0] * L))
         details_gdpp = {"gdpp.loss at the projection": f_gdpp, "z": z_gdpp,
                         "gdpp.loss with b = 0 (control)": f_gdpp_wrong}
+    # expected: B_{L-1} gets no gradient, so it keeps its initial Dist; on Theorem 4's set
+    # A_l = a_l Sigma^{-1}, so Dist(A_l, I) = Dist(Sigma^-1, I); b = 0: |gdpp.loss(a, b) -
+    # gdpp.loss(a, 0)| over the measured s.e.
     controls = [Control("B_{L-1} (no gradient, footnote 4): Dist(B_{L-1}, I)",
-                        float(dist_B[L - 1]), tol),
+                        float(dist_B[L - 1]), tol, expected=float(dist_B_init[L - 1])),
                 Control("plain GD (A_l proportional to I): min_l Dist(A_l, I)",
-                        float(dist_to_identity(A).min()), tol)]
+                        float(dist_to_identity(A).min()), tol,
+                        expected=float(dist_to_identity(Sinv)))]
     if details_gdpp:
         controls.append(Control("gdpp.loss with the B_l dropped (b = 0): |z|",
                                 abs((f_proj - details_gdpp["gdpp.loss with b = 0 (control)"])
-                                    / se_proj), z_crit))
+                                    / se_proj), z_crit,
+                                expected=float(abs(details_gdpp["gdpp.loss at the projection"]
+                                                   - details_gdpp["gdpp.loss with b = 0 (control)"])
+                                               / se_proj)))
     return Outcome(
         measured={"Dist(B_l, I)": dist_B, "Dist(Sigma^1/2 A_l Sigma^1/2, I)": dist_M,
                   "a_l (eq. 11 sign)": a, "b_l": b, "held-out loss": f_tr},
@@ -641,7 +655,7 @@ def full_multilayer(ctx):
         controls.append(Control(f"L={L}: plain GD (A_l proportional to I): min_l Dist(A_l, I) (at "
                                 f"Theorem 4's set: Dist(Sigma^-1, I) = {expect['plain GD']:.3f}, "
                                 f"{expect['plain GD'] / tol_dist:.1f} x tol)",
-                                float(dist_A.min()), tol_dist))
+                                float(dist_A.min()), tol_dist, expected=expect["plain GD"]))
         info = {"Dist(Sigma^1/2 A_l Sigma^1/2, I)": dist_M, "Dist(A_l, I)": dist_A,
                 "Dist(B_l, I)": dist_B, "a_l (eq. 8 sign)": a, "b_l": b,
                 "label-label entries p_l [Q_l]_{d+1,d+1}": P[:, d, d] * Q[:, d, d],
@@ -672,9 +686,11 @@ def full_multilayer(ctx):
             controls += [
                 Control("L=2: the second GD++ minimum (a = (0.769, 2.644), b_0 = 0.353): max rel. "
                         f"error (at the GD++ optimum: {expect['second minimum']:.2f}, "
-                        f"{expect['second minimum'] / tol_ab:.1f} x tol)", err_2nd, tol_ab),
+                        f"{expect['second minimum'] / tol_ab:.1f} x tol)", err_2nd, tol_ab,
+                        expected=expect["second minimum"]),
                 Control("L=2: the sparse optimum (b_0 = 0): max rel. error (at the GD++ optimum: "
-                        f"{exp_sparse:.2f}, {exp_sparse / tol_ab:.1f} x tol)", err_sparse, tol_ab)]
+                        f"{exp_sparse:.2f}, {exp_sparse / tol_ab:.1f} x tol)", err_sparse, tol_ab,
+                        expected=exp_sparse)]
             info.update({"GD++ optimum (a, b_0, gdpp.loss)": (-a_gd, b_gd[0], f_gd),
                          "max rel. error vs GD++ optimum": err,
                          "paired (trained - GD++ optimum)": [est_gd.mean[2], est_gd.se[2]],
