@@ -148,3 +148,15 @@ def test_torch_training_float32_setting_and_bad_dtype():
     with pytest.raises(ValueError, match="^setting.dtype"):
         run_training(Context(cid, profile="full"), dataclasses.replace(_tiny_setting(), dtype="half"),
                      ranks=(1,))
+
+
+def test_resolvable_drops_merges_crossings_without_a_block_between():
+    """Crossings in the same or adjacent blocks are one drop to the block-mean counter
+    (quick-profile seed 8: t = 212 and 245 with blocks of 40); two blocks apart are two."""
+    from verify.checks.linear_attention_separate_torch import resolvable_drops
+
+    nan = float("nan")
+    assert resolvable_drops([212.2, 244.6, nan], 40.0) == 1
+    assert resolvable_drops([157.6, 227.7, 999.0], 40.0) == 3   # blocks 3, 5, 24
+    assert resolvable_drops([nan, nan, nan], 40.0) == 0
+    assert resolvable_drops([10.0, 50.0, 90.0], 40.0) == 1      # blocks 0, 1, 2: one run
