@@ -197,3 +197,11 @@ def test_a_report_is_moved_into_place_only_when_complete(tmp_path, monkeypatch):
                             device="cpu", seconds=0.0)
     assert {p.name: p.read_bytes() for p in (tmp_path / "rep").iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+
+
+def test_pass_rates_with_a_zero_tolerance():
+    """A count that must be 0 (tolerance 0): a passing run (discrepancy <= 0) has ratio 0."""
+    runs = [result("t.a.z", seed=0, discrepancy=-1.0, tolerance=0.0),
+            result("t.a.z", seed=1, discrepancy=0.0, tolerance=0.0)]
+    (z,) = report.pass_rates(runs)
+    assert z["worst_ratio"] == 0.0 and z["failed_seeds"] == []

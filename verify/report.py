@@ -277,8 +277,8 @@ def _ratio(res) -> float:
         return math.nan
     if math.isnan(d) or math.isnan(t):
         return math.nan
-    if t == 0:
-        return 0.0 if d == 0 else math.inf
+    if t == 0:  # a count that must be 0 (or a margin that must be <= 0): passed means d <= 0
+        return 0.0 if d <= 0 else math.inf
     return d / t
 
 
