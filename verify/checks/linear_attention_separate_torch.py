@@ -34,8 +34,13 @@ from verify.stats import rel_max
 ROUNDOFF_RTOL = 1e-12
 #: Plateau levels of the trained layer vs eq. 19 (relative).
 LEVEL_RTOL = 0.01
-#: Drop times of the trained layer vs the exact flow (relative).
-DROP_RTOL = 0.10
+#: Drop times of the trained layer vs the exact flow (relative), by profile. The full
+#: profile's filed runs were within 2.2 % (R = 1) and 8.2 % (R = 8) of 10 %. In the quick
+#: profile (batch 2000) the last drop, after the longest plateau, is the noisiest: over
+#: seeds 0-19 its error was 0.004-0.109 (four seeds above 0.05), the first two drops' at most
+#: 0.039; 0.2 is about twice the largest, and the factor-2 time-mapping control (expected
+#: 0.5, measured 0.487-0.538) stays rejected.
+DROP_RTOL = {"quick": 0.2, "full": 0.10}
 #: Relative half-width (in t) of the window over which M is averaged at a plateau.
 WINDOW = 0.05
 #: The torch run lasts this many times the exact flow's last drop time (1.4: the final 10 %
@@ -301,7 +306,7 @@ def torch_training(ctx):
        run), with ``L(M_m)`` (eq. 19), relative difference <= 1 % for every ``m`` a
        multiple of ``R`` (the conspicuous plateaus, §5);
     2. each drop time (first crossing of the midpoint between consecutive levels) with the
-       exact flow's, relative difference <= 10 %.
+       exact flow's, relative difference <= 20 % (quick profile) or 10 % (full; see DROP_RTOL).
 
     Run length: plateau lengths depend on the draw (an O(1) factor, spec R7), so the exact
     flow from the same start is integrated first until it has made all ``D`` drops
@@ -346,6 +351,7 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
         raise ValueError(f"ranks: expected a non-empty subset of {setting.ranks}, got {ranks}")
     D, N, H = setting.D, setting.N, setting.H
     w_init, eta, batch, log_every = setting.w_init, setting.eta, setting.batch, setting.log_every
+    drop_rtol = DROP_RTOL[ctx.profile]
     max_steps = setting.max_steps
     if setting.dtype not in ("float64", "float32"):
         raise ValueError(f"setting.dtype: expected 'float64' or 'float32', got {setting.dtype!r}")
@@ -407,7 +413,7 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
         lvl_max = _worst(lvl_err)
         drop_max = _worst(drop_err)
         parts[f"R={R}: plateau levels vs eq. 19 / {LEVEL_RTOL}"] = lvl_max / LEVEL_RTOL
-        parts[f"R={R}: drop times vs exact flow / {DROP_RTOL}"] = drop_max / DROP_RTOL
+        parts[f"R={R}: drop times vs exact flow / {drop_rtol}"] = drop_max / drop_rtol
         ctrl_map.append(_worst(drop_err_map))
         ctrl_inf.append(_worst(lvl_err_inf))
         exp_inf.append(_worst(np.where(resolved, np.abs(levels[conspicuous] - levels_inf[conspicuous])
@@ -451,12 +457,13 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
             "(the remaining SGD noise excess and the O(w_init^2) pull of unlearned heads are "
             "~1e-3), and all D drop times (first "
             "crossing of the mid-level) at t/tau = 2 eta k vs the exact flow from the same start "
-            "within 10 % (Euler bias O(eta lambda a v^2) and SGD timing noise)"),
+            f"within {drop_rtol:.0%} (Euler bias O(eta lambda a v^2) and SGD timing noise; the quick "
+            "profile's bound is about twice the largest error over seeds 0-19, 0.109 at the last drop)"),
         # expected: the exact flow on the halved clock drops at exactly half its times (0.5);
         # the N -> infinity levels against eq. 19 at the compared plateaus (closed forms)
         controls=[
             Control("time mapping t/tau = eta k (factor 2 missing): max |drop/drop_flow - 1|",
-                    max(ctrl_map), DROP_RTOL, expected=0.5),
+                    max(ctrl_map), drop_rtol, expected=0.5),
             Control("N -> infinity plateau levels sum_{d>m} lambda_d: max |level - sum| / L(M_m)",
                     max(ctrl_inf), LEVEL_RTOL, expected=max(exp_inf)),
         ],
