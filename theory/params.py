@@ -294,7 +294,8 @@ def _int_str(n: int) -> str:
     return f"{'-' if n < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
 
 
-def _scalar(p: Param, value: Any, strict: bool):
+def _real(p: Param, value: Any):
+    """A finite number or a non-empty array of them (a torch tensor is kept as it is)."""
     if _is_torch(value):
         arr = _as_float_array(p, value.detach().cpu().numpy())
         out = value
@@ -303,21 +304,16 @@ def _scalar(p: Param, value: Any, strict: bool):
         out = float(arr) if arr.ndim == 0 else arr
     if arr.size == 0:
         raise _fail(p, f"expected a number or a non-empty array of numbers, got {_short(value)}")
-    bad = arr <= 0 if strict else arr < 0
-    if np.any(bad):
-        raise _fail(p, f"must be {'> 0' if strict else '>= 0'}, got {_short(value)}")
     return out
 
 
-def _real(p: Param, value: Any):
-    if _is_torch(value):
-        arr = _as_float_array(p, value.detach().cpu().numpy())
-        out = value
-    else:
-        arr = _as_float_array(p, value)
-        out = float(arr) if arr.ndim == 0 else arr
-    if arr.size == 0:
-        raise _fail(p, f"expected a number or a non-empty array of numbers, got {_short(value)}")
+def _scalar(p: Param, value: Any, strict: bool):
+    """:func:`_real`, and > 0 (``strict``) or >= 0."""
+    out = _real(p, value)
+    arr = _as_float_array(p, out.detach().cpu().numpy() if _is_torch(out) else out)
+    bad = arr <= 0 if strict else arr < 0
+    if np.any(bad):
+        raise _fail(p, f"must be {'> 0' if strict else '>= 0'}, got {_short(value)}")
     return out
 
 
