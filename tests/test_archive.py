@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from verify import archive
-from verify.check import checks
+from verify.registry import all_checks
 
 CHECK = "linear_attention.separate.rank_plateaus"
 LEGACY = "linear_attention.separate.torch_training"  # filed with the legacy tags R=1, R=2, ...
@@ -254,7 +254,7 @@ def test_command_line_mistakes_are_one_line(tmp_path, capsys):
 
 # -- the records filed with the project ----------------------------------------------
 def test_filed_records_are_full_profile_runs_of_registered_checks():
-    ids = {c.id for c in checks()}
+    ids = {c.id for c in all_checks()}
     records = archive.load()
     for rec in records:
         res = rec["result"]

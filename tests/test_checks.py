@@ -2,9 +2,9 @@
 
 import pytest
 
-from verify.check import checks, run_check
+from verify.registry import all_checks, run_check
 
-CHECKS = checks()
+CHECKS = all_checks()
 
 
 @pytest.mark.parametrize("chk", CHECKS, ids=[c.id for c in CHECKS])

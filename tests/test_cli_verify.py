@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from verify.check import Control, Outcome
+from verify.registry import Control, Outcome
 
-check_mod = importlib.import_module("verify.check")  # the module (verify.check is also a function)
+check_mod = importlib.import_module("verify.registry")
 cli = importlib.import_module("verify.cli")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_run_one_check_by_id_writes_report(tmp_path):
     """A separate process registers one fast check and runs it as a bare id."""
     script = textwrap.dedent("""
         import sys
-        from verify.check import Control, Outcome, check
+        from verify.registry import Control, Outcome, check
         from verify.cli import main
 
         @check("tmp_topic.cli.fast", covers=[], method="exact_flow", title="fast")

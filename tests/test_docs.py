@@ -12,7 +12,7 @@ import pytest
 import theory
 from theory.papers import PAPERS, paper_of
 from verify import errata
-from verify.check import checks
+from verify.registry import all_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
@@ -37,7 +37,7 @@ def test_paper_page_lists_every_closed_form_with_its_checks(topic):
 
 def test_every_module_has_an_api_page():
     mods = toolkit_pages.modules()
-    assert "theory.registry" in mods and "verify.check" in mods
+    assert "theory.registry" in mods and "verify.registry" in mods
     assert not [m for m in mods if m.endswith("__main__")]
 
 
@@ -68,19 +68,19 @@ def test_errata_page_is_current():
 def test_errata_page_carries_measured_numbers_for_every_decided_erratum():
     text = (ROOT / "docs" / "errata.md").read_text()
     decided = [id for id, cs in errata.deciding_checks().items() if cs]
-    refuted = [w for c in checks() for w, _ in c.refutes]
+    refuted = [w for c in all_checks() for w, _ in c.refutes]
     assert text.count(f"\n{errata.MEASURED} (") >= len(decided) + len(refuted)
-    for c in checks():
+    for c in all_checks():
         for where, _ in c.refutes:
             assert f"### {where}" in text
 
 
 def test_decides_must_be_covered():
-    from verify.check import check
+    from verify.registry import check
 
     with pytest.raises(ValueError, match="^decides:"):
         check("x.y.z", covers=["a"], method="symbolic", title="t", decides=["b"])
-    assert all(set(c.decides) <= set(c.covers) for c in checks())
+    assert all(set(c.decides) <= set(c.covers) for c in all_checks())
 
 
 NOTEBOOKS = sorted(p for p in (ROOT / "docs" / "notebooks").glob("*.py") if not p.name.startswith("_"))

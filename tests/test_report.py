@@ -6,7 +6,7 @@ import re
 import pytest
 
 from verify import report
-from verify.check import CheckResult
+from verify.registry import CheckResult
 
 ERRATUM_ID = "linear_attention.data.lambda_hat_sq_eq30_line2"
 

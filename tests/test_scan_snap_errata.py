@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import theory
-from verify.check import get_check, run_check
+from verify.registry import get_check, run_check
 from verify.checks import scan_snap_errata as E
 
 

@@ -102,7 +102,7 @@ def test_torch_training_full_code_path_on_a_tiny_setting():
     # the full-profile path (several ranks, one spawned stream per rank, horizon from the flow,
     # log_every > 1) with reduced sizes; a rank run alone starts from the same draw
     pytest.importorskip("torch")
-    from verify.check import Context
+    from verify.registry import Context
     from verify.checks.linear_attention_separate_torch import RUN_PAST_LAST_DROP, run_training
 
     cid = "linear_attention.separate.torch_training"
@@ -120,7 +120,7 @@ def test_torch_training_full_code_path_on_a_tiny_setting():
 
 def test_torch_training_horizon_cap_is_an_error():
     pytest.importorskip("torch")
-    from verify.check import Context
+    from verify.registry import Context
     from verify.checks.linear_attention_separate_torch import run_training
 
     with pytest.raises(RuntimeError, match="^horizon"):
@@ -134,7 +134,7 @@ def test_torch_training_float32_setting_and_bad_dtype():
     pytest.importorskip("torch")
     import dataclasses
 
-    from verify.check import Context
+    from verify.registry import Context
     from verify.checks.linear_attention_separate_torch import FULL_TRAINING, run_training
 
     assert FULL_TRAINING.dtype == "float32"

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from verify.check import get_check, run_check
+from verify.registry import get_check, run_check
 from verify.stats import rel_err, rel_max
 
 

@@ -7,7 +7,7 @@ reverse.
 
 Layout
 ------
-check.py    Check, Outcome, Control, the registry of checks, run_check
+registry.py Check, Outcome, Control, the registry of checks, run_check
 stats.py    means with standard errors, z-scores, family-wise thresholds
 tasks/      samplers of the papers' data (in-context regression, ...)
 flows/      exact expected-loss gradient flows (numpy/scipy)
@@ -17,7 +17,14 @@ report.py   results.json, report.md, figures
 cli.py      the command line
 """
 
-from .check import Check, CheckResult, Context, Control, Outcome, check, checks, get_check, run_check
-
-__all__ = ["Check", "CheckResult", "Context", "Control", "Outcome", "check", "checks", "get_check",
+__all__ = ["Check", "CheckResult", "Context", "Control", "Outcome", "check", "all_checks", "get_check",
            "run_check"]
+
+
+def __getattr__(name: str):
+    # the public names are loaded on first use, so that ``python -m verify`` starts at once
+    if name in __all__:
+        from . import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'verify' has no attribute {name!r}")

@@ -49,7 +49,7 @@ import sys
 import time
 from typing import Callable, Iterable
 
-from .check import CheckResult, PROFILES, checks, run_check
+from .registry import CheckResult, PROFILES, all_checks, run_check
 from .report import (ReportFolder, format_seeds, partial_destination, pass_rates, rate_text,
                      sigint_deferred, status_of, worst_text, write_files)
 
@@ -175,8 +175,8 @@ def _parser() -> argparse.ArgumentParser:
 # -- selection ----------------------------------------------------------------------
 def registered_checks() -> list:
     """Every registered check, after importing all modules of :mod:`verify.checks`."""
-    importlib.import_module("verify.checks")  # explicit: ``verify.checks`` is also a function
-    return checks()
+    importlib.import_module("verify.checks")
+    return all_checks()
 
 
 def select(patterns: Iterable[str], registered: list | None = None) -> list:

@@ -35,11 +35,11 @@ def table() -> str:
     """The Markdown table (one section per paper)."""
     import theory
 
-    from .check import checks
+    from .registry import all_checks
 
     covering: dict[str, list[str]] = {}
     generic: dict[str, list[str]] = {}
-    for chk in checks():
+    for chk in all_checks():
         is_generic = chk.id.endswith(_GENERIC)
         for id in chk.covers:
             (generic if is_generic else covering).setdefault(id, []).append(chk.id)

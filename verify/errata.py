@@ -38,10 +38,10 @@ def deciding_checks() -> dict[str, list]:
     """``{erratum record id: [checks declaring it in decides]}`` for every erratum record."""
     import theory
 
-    from .check import checks
+    from .registry import all_checks
 
     out = {r.id: [] for r in theory.records() if r.erratum}
-    for c in checks():
+    for c in all_checks():
         for id in c.decides:
             out.setdefault(id, []).append(c)
     return out
@@ -71,7 +71,7 @@ def page(results: dict[str, dict] | None = None) -> str:
     import theory
     from theory.papers import PAPERS, paper_of
 
-    from .check import checks
+    from .registry import all_checks
 
     results = results or {}
     deciders = deciding_checks()
@@ -83,7 +83,7 @@ def page(results: dict[str, dict] | None = None) -> str:
          "spec notes and the README list further slips that do not change a registered formula.", ""]
     for topic, paper in PAPERS.items():
         recs = [r for r in theory.records() if r.id.split(".", 1)[0] == topic and r.printed is not None]
-        if not recs and not any(c.refutes and paper_of(c.id).topic == topic for c in checks()):
+        if not recs and not any(c.refutes and paper_of(c.id).topic == topic for c in all_checks()):
             continue
         L += [f"## {paper.cite}: {paper.title}", ""]
         errata = [r for r in recs if r.erratum]
@@ -99,7 +99,7 @@ def page(results: dict[str, dict] | None = None) -> str:
                     L += [_measured_line(results[c.id], r.id), ""]
             if not deciders.get(r.id):
                 L += ["No check decides this erratum yet.", ""]
-        refuting = [c for c in checks() if c.refutes and paper_of(c.id).topic == topic]
+        refuting = [c for c in all_checks() if c.refutes and paper_of(c.id).topic == topic]
         for c in refuting:
             for where, what in c.refutes:
                 L += [f"### {where}", "", f"What is wrong: {' '.join(what.split())}", "",
@@ -132,11 +132,11 @@ def strip_measured(text: str) -> str:
 
 
 def _run_deciders() -> dict[str, dict]:
-    from .check import run_check
+    from .registry import run_check
 
-    from .check import checks
+    from .registry import all_checks
 
-    wanted = [c for cs in deciding_checks().values() for c in cs] + [c for c in checks() if c.refutes]
+    wanted = [c for cs in deciding_checks().values() for c in cs] + [c for c in all_checks() if c.refutes]
     out = {}
     for c in wanted:
         if c.id not in out:

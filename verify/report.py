@@ -5,7 +5,7 @@
 ``results.json``
     ``{"partial": bool, "metadata": {...}, "summary": {...}, "results": [...]}``: library
     versions, platform, device, seed, profile and date; one record per check and seed
-    (:meth:`verify.check.CheckResult.as_json` plus ``status``: passed, failed or skipped).
+    (:meth:`verify.registry.CheckResult.as_json` plus ``status``: passed, failed or skipped).
     A run over several seeds (``--seeds``) records ``metadata["seeds"]`` and adds
     ``pass_rates`` (one entry per check). ``partial`` is true for a run stopped with Ctrl-C.
 ``report.md``
@@ -517,7 +517,7 @@ def write_report(results: Iterable, out_dir, *, profile: str, seed: int | None, 
 
     Parameters
     ----------
-    results : iterable of verify.check.CheckResult
+    results : iterable of verify.registry.CheckResult
         The checks of one run, in run order (one result per check and seed).
     out_dir : str or Path
         Folder to write (created if missing). It may hold a previous report; a folder with
@@ -788,9 +788,9 @@ def _errata_section(results, statuses, view: _View | None = None) -> list[str]:
         import theory
 
         records = [cf for cf in theory.records() if cf.erratum]
-        from .check import checks
+        from .registry import all_checks
 
-        registered = checks()
+        registered = all_checks()
     except (ImportError, ValueError) as exc:  # a broken topic module must not lose the run
         return L + [f"The closed-form registry could not be read: `{exc}`", ""]
     if not records:

@@ -26,7 +26,7 @@ import numpy as np
 import theory
 from theory.compare import equal
 
-from .check import Control, Outcome, check
+from .registry import Control, Outcome, check
 from .stats import rel_err, rel_max
 
 __all__ = ["register_topic_checks", "sample_params", "mp_to_float", "output_scale"]

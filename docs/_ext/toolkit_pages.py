@@ -42,7 +42,7 @@ def paper_page(topic: str) -> str:
     """The Markdown page of one paper."""
     import theory
     from theory.papers import PAPERS
-    from verify.check import checks
+    from verify.registry import all_checks as checks
 
     paper = PAPERS[topic]
     covering: dict[str, list] = {}
@@ -78,7 +78,7 @@ def paper_page(topic: str) -> str:
 
 def checks_page() -> str:
     """The Markdown page listing every check."""
-    from verify.check import checks
+    from verify.registry import all_checks as checks
 
     out = ["# Checks", "",
            "Every check of `python -m verify all`: its method and the closed forms it covers. A check "

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.flows import merged as fm
 from verify.tasks.in_context_regression import random_covariance
 

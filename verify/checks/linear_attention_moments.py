@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.stats import batch_mean, rel_frobenius, z_threshold
 from verify.tasks.in_context_regression import (
     CHUNK,

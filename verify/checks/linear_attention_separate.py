@@ -32,7 +32,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.flows import separate as fs
 from verify.stats import batch_mean, z_threshold
 from verify.tasks.in_context_regression import iter_tasks, random_covariance

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.stats import rel_max
 
 #: Round-off tolerance of the forward identities (relative to the largest |yhat|).

@@ -16,7 +16,7 @@ import numpy as np
 
 import theory
 
-from ..check import Control, Outcome, check
+from verify import Control, Outcome, check
 from ..symbolic import register_topic_checks
 
 symbolic_printed_forms, high_precision = register_topic_checks(

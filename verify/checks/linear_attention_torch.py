@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.stats import rel_max, z_threshold
 
 #: Spectrum of the Fig.-1 covariance (the paper does not print it; the authors' public code

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.tasks.random_walk import anisotropic_covariance, sample_walks
 
 TOL_GRAD = 1e-9

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.stats import batch_mean, z_threshold
 from verify.tasks.random_walk import (anisotropic_covariance, iter_walks, linearised_signal, spectrum,
                                       symmetric_qk, traces)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 
 D, T_LEN, BATCH = 32, 32, 64
 SIGMA_OBS = 1.0

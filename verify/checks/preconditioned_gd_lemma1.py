@@ -30,7 +30,7 @@ import itertools
 
 import numpy as np
 
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 
 #: Relative round-off tolerance of the exact forward identities (see each criterion).
 ROUNDOFF_RTOL = 1e-12

@@ -42,7 +42,7 @@ import numpy as np
 
 import theory
 from theory.preconditioned_gd.wishart import matching_counts
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.models.linear_transformer import general_layers, predict, sparse_layers
 from verify.stats import batch_mean, z_threshold
 from verify.tasks.preconditioned_gd import Prompts, distorted_covariance, sample_prompts

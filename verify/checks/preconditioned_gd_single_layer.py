@@ -24,10 +24,12 @@ Contains
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.models.linear_transformer import forward, predict, sparse_layers
 from verify.stats import batch_mean, rel_frobenius, z_threshold
 from verify.tasks.in_context_regression import random_orthogonal
@@ -122,9 +124,7 @@ def mc_optimum(ctx):
                                     abs(_z(r.mean[j], r.se[j], 0.0)), 0.0,
                                     expected=float(abs(gap) / r.se[j])))  # exact gap / measured s.e.
     z_crit = z_threshold(len(zs))
-    for c in controls:
-        c.tolerance = z_crit
-        c.rejected = bool(c.discrepancy > z_crit)
+    controls = [dataclasses.replace(c, tolerance=z_crit) for c in controls]
     return Outcome(
         measured={k: v["mc"] for k, v in per.items()},
         predicted={k: v["f_star"] for k, v in per.items()},
@@ -351,9 +351,7 @@ def mc_inverse_task(ctx):
                     "gap_theorem1": float(r.mean[1]), "gap_theorem1_se": float(r.se[1]),
                     "gap_1.1x": float(r.mean[2]), "gap_1.1x_predicted": gap_scaled})
     z_crit = z_threshold(len(zs))
-    for c in controls:
-        c.tolerance = z_crit
-        c.rejected = bool(c.discrepancy > z_crit)
+    controls = [dataclasses.replace(c, tolerance=z_crit) for c in controls]
     return Outcome(
         measured=[p["mc"] for p in per], predicted=[p["f_star"] for p in per],
         discrepancy=float(max(abs(z) for z in zs)), tolerance=z_crit,
@@ -446,9 +444,7 @@ def relu_mc_loss(ctx):
                     "expected control z": {"linear-attention scale": float(exp_lin),
                                            "linear-attention curvature": float(exp_curv)}})
     z_crit = z_threshold(len(zs))
-    for c in controls:
-        c.tolerance = z_crit
-        c.rejected = bool(c.discrepancy > z_crit)
+    controls = [dataclasses.replace(c, tolerance=z_crit) for c in controls]
     return Outcome(
         measured=[p["mc_at_A_star"] for p in per], predicted=[p["f_star"] for p in per],
         discrepancy=float(max(abs(z) for z in zs)), tolerance=z_crit,

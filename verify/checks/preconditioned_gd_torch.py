@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.stats import batch_mean, z_threshold
 
 N_CONTEXT, DIM = 20, 5

@@ -22,7 +22,7 @@ from scipy.integrate import solve_ivp
 
 import theory
 from theory.scan_snap.h import trajectory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.models.scan_snap import (SequenceClasses, attention_velocity, decoder_run, population_run,
                                      single_common)
 

@@ -31,7 +31,7 @@ import numpy as np
 
 import theory
 from theory.scan_snap.h import trajectory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 
 EPS = np.finfo(float).eps
 

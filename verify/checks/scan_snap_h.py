@@ -32,7 +32,7 @@ from scipy import integrate, optimize
 
 import theory
 from theory.scan_snap.h import h_continuous, trajectory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 
 EPS = np.finfo(float).eps
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
-from verify.check import Control, Outcome, check
+from verify import Control, Outcome, check
 from verify.models.scan_snap import OneLayerTransformer, dt_entropy, syn_small, train_transformer
 
 INIT_FIG6 = "zero"

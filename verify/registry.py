@@ -8,7 +8,7 @@ rejected; a check that could not have failed is a defect.
 
 Writing a check::
 
-    from verify.check import check, Outcome, Control
+    from verify import check, Outcome, Control
 
     @check("linear_attention.data.mc_moments",
            covers=["linear_attention.data.lambda_hat_sq"], method="monte_carlo",
@@ -30,39 +30,45 @@ from __future__ import annotations
 
 import hashlib
 import time
+import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
-__all__ = ["Check", "CheckResult", "Context", "Control", "Outcome", "check", "checks", "get_check",
-           "run_check", "METHODS", "PROFILES"]
+__all__ = ["Check", "CheckResult", "Context", "Control", "Outcome", "check", "all_checks", "aliases",
+           "get_check", "run_check", "METHODS", "PROFILES"]
 
 METHODS = ("monte_carlo", "exact_flow", "torch", "symbolic", "high_precision")
 PROFILES = ("quick", "full")
 
 _CHECKS: dict[str, "Check"] = {}
+_ALIASES: dict[str, str] = {}
 
 
 @dataclass
 class Control:
     """A negative control: a wrong form (or convention) the check must reject.
 
-    ``rejected`` is ``discrepancy > tolerance`` unless given. ``expected``: the statistic the
-    wrong form is expected to give (for a z-test, |wrong - true| / standard error at the
-    sample size used), stated so that a reader can see the control could not pass by chance:
-    it should be far above ``tolerance``.
+    ``rejected`` is ``discrepancy > tolerance``, computed (a NaN discrepancy is not a
+    rejection). ``expected``: the statistic the wrong form is expected to give (for a z-test,
+    |wrong - true| / standard error at the sample size used), stated so that a reader can see
+    the control could not pass by chance: it should be far above ``tolerance``.
     """
 
     name: str
     discrepancy: float
     tolerance: float
-    rejected: bool | None = None
     expected: float | None = None
 
-    def __post_init__(self):
-        if self.rejected is None:
-            self.rejected = bool(self.discrepancy > self.tolerance)
+    @property
+    def rejected(self) -> bool:
+        return bool(self.discrepancy > self.tolerance)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "discrepancy": self.discrepancy, "tolerance": self.tolerance,
+                "rejected": self.rejected, "expected": self.expected}
 
 
 @dataclass
@@ -124,6 +130,7 @@ class CheckResult:
     details: dict
     seconds: float
     error: str | None = None
+    traceback: str | None = None
     figures: dict = field(default_factory=dict, repr=False)
 
     def as_json(self) -> dict:
@@ -177,6 +184,7 @@ class Check:
     needs: tuple[str, ...] = ()
     decides: tuple[str, ...] = ()
     refutes: tuple[tuple[str, str], ...] = ()
+    aliases: tuple[str, ...] = ()
 
     def available(self) -> str | None:
         """None when the check can run here, else why not (a missing optional package)."""
@@ -189,7 +197,8 @@ class Check:
 
 
 def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Iterable[str] = (),
-          decides: Iterable[str] = (), refutes: dict[str, str] | None = None):
+          decides: Iterable[str] = (), refutes: dict[str, str] | None = None,
+          aliases: Iterable[str] = ()):
     """Decorator registering a check function ``f(ctx) -> Outcome``.
 
     ``decides``: erratum records (a subset of ``covers``) whose printed form this check puts
@@ -198,6 +207,8 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
     ``refutes``: errata in statements that are not registered closed forms (an identity
     between computations, a gradient over token matrices): ``{"where in the paper": "what is
     wrong and what holds"}``; one of the check's negative controls is the statement as printed.
+    ``aliases``: former ids of the check; :func:`get_check` and the command line still accept
+    them and say the new name.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
@@ -205,11 +216,15 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
     if not set(decides) <= set(covers):
         raise ValueError(f"decides: {sorted(set(decides) - set(covers))} not in covers of {id}")
 
+    aliases = tuple(aliases)
+
     def deco(func):
-        if id in _CHECKS:
-            raise ValueError(f"id: check {id!r} registered twice")
+        for name in (id, *aliases):
+            if name in _CHECKS or name in _ALIASES:
+                raise ValueError(f"id: check {name!r} registered twice")
         _CHECKS[id] = Check(id, title, covers, method, func, tuple(needs), decides,
-                            tuple((refutes or {}).items()))
+                            tuple((refutes or {}).items()), aliases)
+        _ALIASES.update(dict.fromkeys(aliases, id))
         return func
 
     return deco
@@ -221,18 +236,27 @@ def _load():
     importlib.import_module(f"{__package__}.checks")  # registers every check module
 
 
-def checks() -> list[Check]:
+def all_checks() -> list[Check]:
     """All registered checks, in registration order."""
     _load()
     return list(_CHECKS.values())
 
 
-def get_check(id: str) -> Check:
+def aliases() -> dict[str, str]:
+    """Former check ids and the ids they now have."""
     _load()
-    try:
+    return dict(_ALIASES)
+
+
+def get_check(id: str) -> Check:
+    """The check ``id``; a former id (see :func:`aliases`) gives its check with a warning."""
+    _load()
+    if id in _CHECKS:
         return _CHECKS[id]
-    except KeyError:
-        raise ValueError(f"id: unknown check {id!r}") from None
+    if id in _ALIASES:
+        warnings.warn(f"check {id!r} is now {_ALIASES[id]!r}", FutureWarning, stacklevel=2)
+        return _CHECKS[_ALIASES[id]]
+    raise ValueError(f"id: unknown check {id!r}")
 
 
 def run_check(chk: Check, profile: str = "quick", seed: int = 0, device: str = "cpu",
@@ -244,10 +268,11 @@ def run_check(chk: Check, profile: str = "quick", seed: int = 0, device: str = "
     t0 = time.perf_counter()
     try:
         out = chk.func(ctx)
-        error = None
+        error = trace = None
     except Exception as exc:  # a crashing check is a failed check, reported with its error
         out = Outcome(None, None, float("nan"), float("nan"), "raised an exception", passed=False)
         error = f"{type(exc).__name__}: {exc}"
+        trace = traceback.format_exc()
     seconds = time.perf_counter() - t0
     controls_ok = all(c.rejected for c in out.controls)
     return CheckResult(
@@ -255,8 +280,8 @@ def run_check(chk: Check, profile: str = "quick", seed: int = 0, device: str = "
         seed=seed, passed=bool(out.passed and controls_ok and error is None),
         measured=out.measured, predicted=out.predicted, discrepancy=float(out.discrepancy),
         tolerance=float(out.tolerance), criterion=out.criterion,
-        controls=[c.__dict__ for c in out.controls], details=out.details, seconds=seconds,
-        error=error, figures=out.figures,
+        controls=[c.as_dict() for c in out.controls], details=out.details, seconds=seconds,
+        error=error, traceback=trace, figures=out.figures,
     )
 
 
