@@ -377,6 +377,20 @@ def derive_ansatz_value_weight():
     return root.xreplace({a: spectral_image(derive_lambda_hat_sq())})
 
 
+def stable_ansatz_value_weight():
+    """v* = (N / (lambda (N + 1) + tr Lambda))^{1/3} (lambda cancels from the derived root
+    lambda^{1/3} (lambda^2 (N+1)/N + lambda tr Lambda/N)^{-1/3}), written with halves:
+    ``(N/(2N + 2))^{1/3} (lambda/2 + tr Lambda/(2N + 2))^{-1/3}``. The derived form squares lambda
+    (0 at lambda = 1e200: lambda^2 overflows; inf at lambda = 1e-300: it underflows); here every
+    intermediate stays within float64 for all positive lambda and tr Lambda (the halves keep the
+    sum below the largest float). Equal to :func:`derive_ansatz_value_weight` (symbolic check)."""
+    import sympy as sp
+
+    lam, T, N = _sym("lam"), _sym("trLambda"), _sym("N")
+    third = sp.Rational(1, 3)
+    return N**third / ((2 * N + 2) ** third * (lam / 2 + T / (2 * N + 2)) ** third)
+
+
 def printed_ansatz_value_weight():
     """Eq. 20a: lambda^{-1/3} (1 + (1 + tr Lambda/lambda)/N)^{-1/3}."""
     import sympy as sp
@@ -548,6 +562,7 @@ register(ClosedForm(
     status="exact",
     params=(positive("lam", "Eigenvalue lambda_d."), positive("trLambda", "Trace of Lambda."), N_CTX),
     derive=derive_ansatz_value_weight,
+    stable=stable_ansatz_value_weight,
     printed=printed_ansatz_value_weight,
     doc="k = q = v* e_d with v* = (lambda_d/a_d)^{1/3}: the nonzero root of eq. 21 and the "
         "minimum-l2-norm factorisation of the fixed point (total cost 3 sum_d (lambda_d/a_d)^{2/3}).",

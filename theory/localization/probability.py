@@ -40,8 +40,9 @@ ETA = positive("eta", "Eigenspectrum control eta = sqrt(tr(W^2))/lambda.")
 T_GAUSS = index("T", "Sequence length, T >= 2 (at T = 1, u_1 = 1 is deterministic: v = 0).", low=2)
 R_LIM = positive("r", "Limit of |xi eta| = |tr(W)|/lambda along the sequence of Lemma 2.1/2.2.")
 
-__all__ = ["interval_probability", "derive_gaussian", "derive_continuum", "printed_continuum",
-           "theta_domain"]
+__all__ = ["interval_probability", "stable_interval_probability", "derive_gaussian", "stable_gaussian",
+           "derive_continuum", "stable_continuum", "printed_continuum", "stable_printed_continuum",
+           "erf_difference", "erf_interval", "theta_domain"]
 
 
 def _sym(name):
@@ -60,6 +61,175 @@ def theta_domain(values: dict, dims: dict) -> None:
 
 def _gaussian_domain(values: dict, dims: dict) -> None:
     index_domain(values, dims)
+
+
+# -- erf(lo + w) - erf(lo) without cancellation ----------------------------------------------------
+#: Gauss-Legendre points of the short integral (exact to ~1e-26 where it is used, see erf_interval).
+_GL_POINTS = 16
+
+
+@cache
+def _gauss_legendre():
+    import numpy as np
+
+    return np.polynomial.legendre.leggauss(_GL_POINTS)
+
+
+def _erf_interval_numpy(lo, hi, w):
+    import numpy as np
+    from scipy.special import erf, erfc
+
+    lo, hi, w = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (lo, hi, w)))
+    x, s = _gauss_legendre()
+    with np.errstate(all="ignore"):
+        h = w / 2
+        c = lo + h
+        # erf(hi) - erf(lo) = erf(-lo) - erf(-hi): mirrored so that the midpoint is >= 0
+        lo, hi, c = np.where(c < 0, -hi, lo), np.where(c < 0, -lo, hi), np.abs(c)
+        near = h * (2 * c + h) <= 2
+        hn, cn = np.where(near, h, 0.0), np.where(near, c, 0.0)
+        t = hn[..., None] * x
+        short = (2 / np.sqrt(np.pi)) * np.exp(-cn**2) * hn * np.sum(s * np.exp(-2 * cn[..., None] * t - t * t), axis=-1)
+        far = np.where(lo >= 0, erfc(lo) - erfc(hi), erf(hi) - erf(lo))
+        return np.where(near, short, far)
+
+
+def _erf_interval_torch(lo, hi, w):
+    import math
+
+    import torch
+
+    lo, hi, w = torch.broadcast_tensors(*(torch.as_tensor(a, dtype=torch.float64) for a in (lo, hi, w)))
+    x, s = (torch.as_tensor(a, dtype=torch.float64) for a in _gauss_legendre())
+    h = w / 2
+    c = lo + h
+    lo, hi, c = torch.where(c < 0, -hi, lo), torch.where(c < 0, -lo, hi), torch.abs(c)
+    near = h * (2 * c + h) <= 2
+    zero = torch.zeros_like(h)
+    hn, cn = torch.where(near, h, zero), torch.where(near, c, zero)  # finite exponents in both branches
+    t = hn[..., None] * x
+    short = (2 / math.sqrt(math.pi)) * torch.exp(-cn**2) * hn * torch.sum(
+        s * torch.exp(-2 * cn[..., None] * t - t * t), dim=-1)
+    far = torch.where(lo >= 0, torch.special.erfc(lo) - torch.special.erfc(hi),
+                      torch.special.erf(hi) - torch.special.erf(lo))
+    return torch.where(near, short, far)
+
+
+def _erf_interval_mpmath(lo, hi, w):
+    import mpmath
+
+    lo, hi, w = mpmath.mpf(lo), mpmath.mpf(hi), mpmath.mpf(w)
+    if w == 0:
+        return mpmath.mpf(0)
+    if lo + hi < 0:
+        lo, hi = -hi, -lo
+    if lo < 0:  # lo < 0 < hi: two positive terms
+        return mpmath.erf(hi) - mpmath.erf(lo)
+    # 0 <= lo < hi = lo + w (a sum of positive numbers, exact with the bits that lo has above w),
+    # with the bits that erfc(lo) - erfc(lo + w) cancels (relatively ~ w (2 lo + w + 1)) added
+    extra = 20 + max(0, mpmath.mag(lo) - mpmath.mag(w)) + max(0, -mpmath.mag(w * (2 * lo + w + 1)))
+    with mpmath.extraprec(extra):
+        value = _erfc_difference_mpmath(lo, lo + w)
+    return +value
+
+
+def _erfc_difference_mpmath(lo, hi):
+    """``erfc(lo) - erfc(hi)`` for ``0 <= lo < hi`` at the working precision (mpmath.erfc overflows
+    internally beyond ~1e154: there ``erfc(x) = e^{-x^2}/(x sqrt(pi)) S(x)`` by its asymptotic series)."""
+    import mpmath
+
+    if mpmath.mag(hi) < 500:
+        return mpmath.erfc(lo) - mpmath.erfc(hi)
+    if mpmath.mag(lo) < 250:  # erfc(hi)/erfc(lo) < e^{-(hi^2 - lo^2)} < e^{-2^997}
+        return mpmath.erfc(lo)
+
+    def series(x):  # S(x) = sum_k (-1)^k (2k - 1)!! / (2 x^2)^k
+        total, term, k = mpmath.mpf(1), mpmath.mpf(1), 0
+        while abs(term) > mpmath.eps:
+            k += 1
+            term *= -(2 * k - 1) / (2 * x * x)
+            total += term
+        return total
+
+    w = hi - lo
+    log_ratio = -w * (lo + hi) - mpmath.log1p(w / lo) + mpmath.log(series(hi) / series(lo))
+    return mpmath.exp(-lo * lo) / (lo * mpmath.sqrt(mpmath.pi)) * series(lo) * -mpmath.expm1(log_ratio)
+
+
+def erf_interval(lo, hi, w):
+    """``erf(hi) - erf(lo)`` with ``w = hi - lo >= 0`` (each of the three computed in its own
+    cancellation-free form), in the backend of the arguments (numpy float64 arrays, mpmath
+    numbers at the working precision, torch float64 tensors with autograd), to relative accuracy
+    also where ``w`` is tiny against ``|lo|``: there the two erf values agree to many digits and
+    their difference in floating point is noise (0, or of the wrong sign).
+
+    Mirrored by oddness so that the midpoint ``c = lo + h`` (``h = w/2``) is ``>= 0``; where
+    ``h (2c + h) <= 2``, ``(2/sqrt(pi)) e^{-c^2} h int_{-1}^{1} e^{-2chs - h^2 s^2} ds`` by
+    16-point Gauss-Legendre (the exponent stays within [-2, 2]: exact to ~1e-26); elsewhere
+    ``erfc(lo) - erfc(hi)`` when both are >= 0 (their ratio is then below e^{-8/3}) and
+    ``erf(hi) - erf(lo)`` when they straddle 0 (two positive terms), with the given lo, hi
+    (``lo + w`` would cancel where ``w ~ -lo >> hi``). mpmath subtracts ``erfc(lo) - erfc(lo + w)``
+    with the bits that cancel added to the working precision.
+    """
+    args = (lo, hi, w)
+    if any(type(a).__module__.startswith("torch") for a in args):
+        return _erf_interval_torch(*args)
+    if any(type(a).__module__.startswith("mpmath") for a in args):
+        return _erf_interval_mpmath(*args)
+    return _erf_interval_numpy(*args)
+
+
+@cache
+def _erf_difference_class():
+    import sympy as sp
+
+    class ErfDifference(sp.Function):
+        """``erf(hi) - erf(lo)`` with ``width = hi - lo`` given in a cancellation-free form.
+
+        Expands (``expand``: the ``basic`` hint) to ``erf(hi) - erf(lo)``, so it is proved equal to
+        the erf form like any other rewrite; the numeric backends call :func:`erf_interval`
+        (lambdify finds it as ``_imp_``)."""
+
+        nargs = 3
+        _imp_ = staticmethod(erf_interval)
+
+        @classmethod
+        def eval(cls, lo, hi, width):
+            return None
+
+        def _eval_expand_basic(self, **hints):
+            lo, hi, _ = self.args
+            return sp.erf(hi) - sp.erf(lo)
+
+        def _eval_rewrite_as_erf(self, lo, hi, width, **kwargs):
+            return sp.erf(hi) - sp.erf(lo)
+
+        def _eval_evalf(self, prec):
+            import mpmath
+
+            args = [a.evalf(prec + 10) for a in self.args]
+            if not all(a.is_Number for a in args):
+                return None
+            with mpmath.workprec(prec + 10):
+                value = _erf_interval_mpmath(*(a._to_mpmath(prec + 10) for a in args))
+            return sp.Float(value, precision=prec)
+
+        def _code(self, printer):
+            return f"{type(self).__name__}({', '.join(printer._print(a) for a in self.args)})"
+
+        _pythoncode = _numpycode = _mpmathcode = _torchcode = _code
+
+    return ErfDifference
+
+
+def erf_difference(lo, hi):
+    """``erf(hi) - erf(lo)`` as a sympy expression whose numeric functions do not cancel:
+    the width ``hi - lo`` is simplified symbolically (e.g. ``1/sqrt(2 v)`` where ``hi`` and ``lo``
+    are ``(1 - m)/sqrt(2 v)`` and ``-m/sqrt(2 v)``) and evaluated by :func:`erf_interval`."""
+    import sympy as sp
+
+    width = sp.factor(sp.cancel(hi - lo))
+    return _erf_difference_class()(lo, hi, width)
 
 
 # -- R2: the Gaussian interval probability ---------------------------------------------------
@@ -81,8 +251,34 @@ def interval_probability(mean, variance):
 
 
 @cache
+def _stable_interval_probability_generic():
+    """The integral of :func:`_interval_probability_generic`, ``erf(A)/2 + erf(B)/2`` with
+    ``A = m/sqrt(2v)`` and ``B = (1 - m)/sqrt(2v)``, as ``(erf(B) - erf(-A))/2`` by
+    :func:`erf_difference` (width ``1/sqrt(2v)``): at small v (low temperature) A and -B are
+    large and nearly equal, and the sum of the two erf values cancels to noise."""
+    import sympy as sp
+
+    expr, m, v = _interval_probability_generic()
+    terms = sp.Add.make_args(expr)
+    args = {t: [f.args[0] for f in t.atoms(sp.erf)] for t in terms}
+    assert len(terms) == 2 and all(len(a) == 1 and sp.simplify(t - sp.erf(a[0]) / 2) == 0 for t, a in args.items())
+    (A,), (B,) = sorted(args.values(), key=lambda a: a[0].subs(m, 0) != 0)  # A: the one that vanishes at m = 0
+    return erf_difference(-A, B) / 2, m, v
+
+
+def stable_interval_probability(mean, variance):
+    """:func:`interval_probability` for numerics (the difference of the erf values without cancellation)."""
+    expr, m, v = _stable_interval_probability_generic()
+    return expr.xreplace({m: mean, v: variance})
+
+
+@cache
 def derive_gaussian():
     return interval_probability(derive_mean(), derive_variance())
+
+
+def stable_gaussian():
+    return stable_interval_probability(derive_mean(), derive_variance())
 
 
 @cache
@@ -104,6 +300,11 @@ def derive_continuum():
     return interval_probability(mu, v)
 
 
+def stable_continuum():
+    mu, v = continuum_moments()
+    return stable_interval_probability(mu, v)
+
+
 def _phi(z, D):
     """Eq. 6's Phi(z; theta) = 1/2 erf(z / sqrt(2 D(theta))) (not a CDF)."""
     import sympy as sp
@@ -119,6 +320,17 @@ def printed_continuum():
     D = 2 * th**2 + sp.Rational(7, 12)
     z = (th - sp.Rational(1, 2)) * xi
     return _phi(z, D) - _phi(z - 1 / eta, D)
+
+
+def stable_printed_continuum():
+    """:func:`printed_continuum` as :func:`erf_difference` (width ``1/(eta sqrt(2 D))``): at large
+    eta the two Phi values are nearly equal."""
+    import sympy as sp
+
+    th, xi, eta = _sym("theta"), _sym("xi"), _sym("eta")
+    D = 2 * th**2 + sp.Rational(7, 12)
+    z = (th - sp.Rational(1, 2)) * xi
+    return erf_difference((z - 1 / eta) / sp.sqrt(2 * D), z / sp.sqrt(2 * D)) / 2  # the arguments of _phi
 
 
 # -- Lemma 2 ------------------------------------------------------------------------------------
@@ -209,6 +421,7 @@ register(ClosedForm(
     status="approximate",
     params=(I_KEY, T_GAUSS, TRW, TRW2, TEMP),
     derive=derive_gaussian,
+    stable=stable_gaussian,
     domain=_gaussian_domain,
     doc="1/2 erf((1 - mu^i)/sqrt(2 v^i)) + 1/2 erf(mu^i/sqrt(2 v^i)) with mu^i, v^i from "
         "localization.u.mean / .variance. Approximate: u_i is a Gaussian bilinear form, not Gaussian; "
@@ -223,6 +436,7 @@ register(ClosedForm(
     status="approximate",
     params=(THETA, XI, ETA),
     derive=derive_continuum,
+    stable=stable_continuum,
     printed=printed_continuum,
     domain=theta_domain,
     doc="T -> infinity limit of localization.rho.gaussian at theta = i/T, xi = tr(W)/sqrt(tr(W^2)), "
@@ -243,6 +457,7 @@ register(ClosedForm(
     status="heuristic",
     params=(THETA, XI, ETA),
     derive=printed_continuum,
+    stable=stable_printed_continuum,
     printed=printed_continuum,
     domain=theta_domain,
     doc="Phi((theta - 1/2) xi; theta) - Phi((theta - 1/2) xi - 1/eta; theta), Phi(z; theta) = "

@@ -47,7 +47,8 @@ from ..registry import ClosedForm, register
 from .wishart import normalized_moment, trace_moment
 
 __all__ = ["MAX_LAYERS", "moments", "kernel_coefficients", "spectral_loss", "derive_loss",
-           "optimal_kernel", "derive_optimal_loss_of", "optimal_steps_of", "derive_optimal_steps",
+           "optimal_kernel", "derive_optimal_loss_of", "optimal_steps_of", "stable_optimal_steps_of",
+           "derive_optimal_steps", "stable_optimal_steps",
            "derive_optimal_loss", "derive_gradient_scales"]
 
 PAPER = "Ahn, Cheng, Daneshmand, Sra 2023"
@@ -180,6 +181,86 @@ def derive_optimal_loss_of(L: int):
     return _ratio(K, K.convert(full.det()), K.convert(minor.det()))
 
 
+def _kernel_polynomials(L: int) -> tuple:
+    """The kernel coefficients as ``c_k = (-1)^k n^k N_k / B`` with polynomials ``N_1..N_L`` and
+    ``B`` of ``ZZ[n, d]`` (one common denominator: the Hankel determinant), as sympy expressions."""
+    import sympy as sp
+
+    n, d = _sym("n"), _sym("d")
+    parts = [sp.fraction(sp.cancel(x)) for x in optimal_kernel(L)]
+    B = parts[0][1]
+    out = []
+    for k, (num, den) in enumerate(parts, start=1):
+        N, rem = sp.div(sp.Poly((-1) ** k * num * B, n, d), sp.Poly(den * n**k, n, d))
+        assert rem.is_zero
+        out.append(N.as_expr())
+    return tuple(out), B
+
+
+def _ratios():
+    """``X = n/z``, ``Y = d/z``, ``U = 1/z`` (``z = n + d + 1``; all in (0, 1)) as ``UnevaluatedExpr``:
+    printed and evaluated as ratios, not expanded into powers of n and d."""
+    import sympy as sp
+
+    n, d = _sym("n"), _sym("d")
+    z = n + d + 1
+    return tuple(sp.UnevaluatedExpr(t) for t in (n / z, d / z, 1 / z))
+
+
+def _scaled(poly, k: int):
+    """``poly(n, d) / z^k`` with ``z = n + d + 1``, as ``sum c_ij X^i Y^j U^(k-i-j)`` over the
+    monomials ``c_ij n^i d^j`` of ``poly`` (:func:`_ratios`; ``k`` at least its total degree).
+
+    Evaluated as powers of numbers below 1, so nothing overflows at n, d ~ 2**53; unwrapped,
+    sympy expands each term to ``c_ij n^i d^j z^-k``."""
+    import sympy as sp
+
+    n, d = _sym("n"), _sym("d")
+    X, Y, U = _ratios()
+    P = sp.Poly(poly, n, d)
+    if P.total_degree() > k:
+        raise ValueError(f"k: {k} is below the total degree {P.total_degree()}")
+    return sp.Add(*[sp.Integer(c) * X**i * Y**j * U ** (k - i - j) for (i, j), c in P.terms()])
+
+
+@cache
+def _step_polynomials(L: int) -> dict:
+    """The polynomials of ``ZZ[n, d]`` in which the optimal steps are written without cancellation.
+
+    ``L = 2``: ``c_1 = -n P/D``, ``c_2 = n^2 R/D``; the discriminant is ``c_1^2 - 4 c_2 = n^2 Q/D^2``
+    with ``Q = P^2 - 4 R D``, so the steps are ``n (P -+ sqrt Q)/(2D)``, the smaller one as
+    ``c_2`` over the larger: ``2 n R/(P + sqrt Q)``.
+
+    ``L = 3``: ``c_1 = -n P/B``, ``c_2 = n^2 R/B``, ``c_3 = -n^3 E/B``; the depressed cubic
+    ``t^3 + p t + q`` (``a = t - c_1/3``) has ``p = -n^2 A/(3 B^2)``, ``q = -4 n^3 C/(27 B^3)`` with
+    ``A = P^2 - 3 R B``, ``C = (2 P^3 - 9 P R B + 27 E B^2)/4``. Subtracting ``c_1^2/3`` from
+    ``c_2`` in floating point cancels (all three steps tend to 1 as n grows; p ~ 1/n): here it
+    is cancelled exactly. A, C, P, R, E have positive coefficients (checked); B is positive for
+    n, d >= 1.
+    """
+    import sympy as sp
+
+    n, d = _sym("n"), _sym("d")
+    (P, R, *rest), den = _kernel_polynomials(L)
+    out = {"P": P, "R": R, "B": den}
+    if L == 2:
+        out["Q"] = sp.expand(P**2 - 4 * R * den)
+    elif L == 3:
+        (E,) = rest
+        out["E"] = E
+        out["A"] = sp.expand(P**2 - 3 * R * den)
+        out["C"] = sp.expand((2 * P**3 - 9 * P * R * den + 27 * E * den**2) / 4)
+    for name in ("P", "R", "E", "A", "C", "Q"):
+        if name in out:
+            assert all(c > 0 for c in sp.Poly(out[name], n, d).coeffs()), name
+    return out
+
+
+#: Degrees at which the L = 3 polynomials are scaled by ``z = n + d + 1`` (their total degrees;
+#: P/B, A/B^2, C/A^(3/2) and E B/P^2 are then unchanged, up to the factor n = X z).
+_DEGREES_L3 = {"P": 8, "A": 16, "B": 9, "C": 24, "E": 6}
+
+
 @cache
 def optimal_steps_of(L: int) -> tuple:
     """The L optimal steps in ascending order: the roots of ``q(a) = a^L + c_1 a^{L-1} + ... + c_L``
@@ -189,24 +270,45 @@ def optimal_steps_of(L: int) -> tuple:
     (Viete) form of the three real roots of a cubic, real arithmetic only. The roots are real,
     positive and distinct: they are the reciprocals of the zeros of the degree-L orthogonal
     polynomial of ``s mu(ds)`` (kernel polynomial), inside the support of ``mu``.
+
+    Written without cancellation (see :func:`_step_polynomials`): the discriminant and the
+    depressed cubic's p, q are reduced to polynomials with positive coefficients; the L = 3
+    polynomials appear divided by ``z^degree, z = n + d + 1``. :func:`stable_optimal_steps_of` is the
+    same expression with those ratios kept unexpanded for numerics (this one is it unwrapped).
     """
     import sympy as sp
 
-    c = optimal_kernel(L)
+    return tuple(e.replace(lambda x: isinstance(x, sp.UnevaluatedExpr), lambda x: x.args[0])
+                 for e in stable_optimal_steps_of(L))
+
+
+@cache
+def stable_optimal_steps_of(L: int) -> tuple:
+    """:func:`optimal_steps_of` with ``n/z``, ``d/z``, ``1/z`` as ``UnevaluatedExpr`` (``z = n + d + 1``):
+    the L = 3 polynomials are evaluated as sums of positive terms bounded by their coefficients."""
+    import sympy as sp
+
+    n = _sym("n")
     if L == 1:
-        return (-c[0],)
+        return (-optimal_kernel(1)[0],)
+    poly = _step_polynomials(L)
     if L == 2:
-        disc = c[0] ** 2 - 4 * c[1]  # left a sum of ratios: evaluates in floating point
-        return ((-c[0] - sp.sqrt(disc)) / 2, (-c[0] + sp.sqrt(disc)) / 2)
+        P, R, D, Q = (poly[k] for k in ("P", "R", "B", "Q"))
+        return (2 * n * R / (P + sp.sqrt(Q)), n * (P + sp.sqrt(Q)) / (2 * D))
     if L == 3:
-        # a = t - c1/3: t^3 + p t + q = 0 with p < 0 (three real roots)
-        p = c[1] - c[0] ** 2 / 3
-        q = 2 * c[0] ** 3 / 27 - c[0] * c[1] / 3 + c[2]
-        r = 2 * sp.sqrt(-p / 3)
-        theta = sp.acos(3 * q / (p * r))  # (3q / 2p) sqrt(-3/p) = 3q / (p r)
-        shift = -c[0] / 3
-        root = [r * sp.cos(theta / 3 - 2 * sp.pi * k / 3) + shift for k in range(3)]
-        return (root[2], root[1], root[0])  # theta/3 in [0, pi/3]: k = 2 smallest, k = 1 middle, k = 0 largest
+        # Viete's trigonometric roots of t^3 + p t + q, with the reduced p, q above:
+        # r = 2 sqrt(-p/3) = 2 n sqrt(A)/(3B), 3q/(p r) = 2C/A^(3/2), shift -c_1/3 = n P/(3B).
+        # Every polynomial divided by z^degree (z = n + d + 1): the ratios are unchanged, and
+        # no power overflows float64 at n, d ~ 2**53 (C has degree 24).
+        h = {k: _scaled(poly[k], deg) for k, deg in _DEGREES_L3.items()}
+        x = _ratios()[0]  # n/z
+        theta = sp.acos(2 * h["C"] / h["A"] ** sp.Rational(3, 2))
+        root = [h["P"] + 2 * sp.sqrt(h["A"]) * sp.cos(theta / 3 - 2 * sp.pi * k / 3) for k in range(3)]
+        largest, middle = x * root[0] / (3 * h["B"]), x * root[1] / (3 * h["B"])
+        # theta/3 in [0, pi/3]: k = 0 largest, k = 1 middle; the smallest (k = 2) as -c_3 over the
+        # product of the other two (P + 2 sqrt(A) cos(theta/3 - 4 pi/3) cancels when the steps spread)
+        smallest = 9 * x * h["E"] * h["B"] / (root[0] * root[1])
+        return (smallest, middle, largest)
     raise ValueError(f"L: must be <= {MAX_LAYERS}, got {L}")
 
 
@@ -219,13 +321,23 @@ def _by_layers(values_per_L):
     return sp.Piecewise(*branches, (values_per_L[-1], True))
 
 
-def derive_optimal_steps():
-    """3-vector: entry ``l`` is the ``l``-th smallest optimal step for ``L > l`` (0 padding)."""
+def _steps_vector(steps_of):
     import sympy as sp
 
-    per_L = [optimal_steps_of(L) for L in range(1, MAX_LAYERS + 1)]
+    per_L = [steps_of(L) for L in range(1, MAX_LAYERS + 1)]
     return sp.ImmutableMatrix([_by_layers([s[l] if l < len(s) else sp.S.Zero for s in per_L])
-                      for l in range(MAX_LAYERS)])
+                               for l in range(MAX_LAYERS)])
+
+
+def derive_optimal_steps():
+    """3-vector: entry ``l`` is the ``l``-th smallest optimal step for ``L > l`` (0 padding)."""
+    return _steps_vector(optimal_steps_of)
+
+
+def stable_optimal_steps():
+    """:func:`derive_optimal_steps` for numerics: the L = 3 polynomials evaluated in the ratios
+    n/z, d/z, 1/z (z = n + d + 1), which do not overflow; equal to it once unwrapped."""
+    return _steps_vector(stable_optimal_steps_of)
 
 
 def derive_optimal_loss():
@@ -336,6 +448,7 @@ register(ClosedForm(
     status="exact",
     params=(N_CTX, D_DIM, LAYERS),
     derive=derive_optimal_steps,
+    stable=stable_optimal_steps,
     output="vector",
     length=lambda values, dims: values["L"],
     doc="The minimiser of f over S: a_l = 1/root_l of the kernel polynomial p(s) = 1 + sum c_k s^k, "
