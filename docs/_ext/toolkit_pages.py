@@ -124,6 +124,9 @@ def generate(srcdir: Path) -> None:
     mods = modules()
     for m in mods:
         _write(out / "api" / f"{m}.md", api_page(m))
+    for stale in (out / "api").glob("*.md"):  # a module renamed or removed since the last build
+        if stale.stem not in mods and stale.name != "index.md":
+            stale.unlink()
     index = ["# API reference", "", "```{toctree}", ":maxdepth: 1", ""] + [m for m in mods] + ["```", ""]
     _write(out / "api" / "index.md", "\n".join(index))
 

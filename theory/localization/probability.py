@@ -75,44 +75,39 @@ def _gauss_legendre():
     return np.polynomial.legendre.leggauss(_GL_POINTS)
 
 
+def _erf_interval_array(lo, hi, w, xp, erf, erfc):
+    """:func:`erf_interval` on float64 arrays of the namespace ``xp`` (numpy or torch), with
+    its ``erf`` and ``erfc``."""
+    import math
+
+    x, s = (xp.asarray(a, dtype=xp.float64) for a in _gauss_legendre())
+    h = w / 2
+    c = lo + h
+    # erf(hi) - erf(lo) = erf(-lo) - erf(-hi): mirrored so that the midpoint is >= 0
+    lo, hi, c = xp.where(c < 0, -hi, lo), xp.where(c < 0, -lo, hi), xp.abs(c)
+    near = h * (2 * c + h) <= 2
+    zero = xp.zeros_like(h)
+    hn, cn = xp.where(near, h, zero), xp.where(near, c, zero)  # finite exponents in both branches
+    t = hn[..., None] * x
+    short = (2 / math.sqrt(math.pi)) * xp.exp(-cn**2) * hn * (s * xp.exp(-2 * cn[..., None] * t - t * t)).sum(-1)
+    far = xp.where(lo >= 0, erfc(lo) - erfc(hi), erf(hi) - erf(lo))
+    return xp.where(near, short, far)
+
+
 def _erf_interval_numpy(lo, hi, w):
     import numpy as np
     from scipy.special import erf, erfc
 
-    lo, hi, w = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (lo, hi, w)))
-    x, s = _gauss_legendre()
+    args = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64) for a in (lo, hi, w)))
     with np.errstate(all="ignore"):
-        h = w / 2
-        c = lo + h
-        # erf(hi) - erf(lo) = erf(-lo) - erf(-hi): mirrored so that the midpoint is >= 0
-        lo, hi, c = np.where(c < 0, -hi, lo), np.where(c < 0, -lo, hi), np.abs(c)
-        near = h * (2 * c + h) <= 2
-        hn, cn = np.where(near, h, 0.0), np.where(near, c, 0.0)
-        t = hn[..., None] * x
-        short = (2 / np.sqrt(np.pi)) * np.exp(-cn**2) * hn * np.sum(s * np.exp(-2 * cn[..., None] * t - t * t), axis=-1)
-        far = np.where(lo >= 0, erfc(lo) - erfc(hi), erf(hi) - erf(lo))
-        return np.where(near, short, far)
+        return _erf_interval_array(*args, np, erf, erfc)
 
 
 def _erf_interval_torch(lo, hi, w):
-    import math
-
     import torch
 
-    lo, hi, w = torch.broadcast_tensors(*(torch.as_tensor(a, dtype=torch.float64) for a in (lo, hi, w)))
-    x, s = (torch.as_tensor(a, dtype=torch.float64) for a in _gauss_legendre())
-    h = w / 2
-    c = lo + h
-    lo, hi, c = torch.where(c < 0, -hi, lo), torch.where(c < 0, -lo, hi), torch.abs(c)
-    near = h * (2 * c + h) <= 2
-    zero = torch.zeros_like(h)
-    hn, cn = torch.where(near, h, zero), torch.where(near, c, zero)  # finite exponents in both branches
-    t = hn[..., None] * x
-    short = (2 / math.sqrt(math.pi)) * torch.exp(-cn**2) * hn * torch.sum(
-        s * torch.exp(-2 * cn[..., None] * t - t * t), dim=-1)
-    far = torch.where(lo >= 0, torch.special.erfc(lo) - torch.special.erfc(hi),
-                      torch.special.erf(hi) - torch.special.erf(lo))
-    return torch.where(near, short, far)
+    args = torch.broadcast_tensors(*(torch.as_tensor(a, dtype=torch.float64) for a in (lo, hi, w)))
+    return _erf_interval_array(*args, torch, torch.special.erf, torch.special.erfc)
 
 
 def _erf_interval_mpmath(lo, hi, w):
