@@ -39,7 +39,9 @@ def temporary_checks():
     cli.registered_checks()  # load the real checks first, so ours come last
     yield add
     for id in added:
-        check_mod._CHECKS.pop(id, None)
+        chk = check_mod._CHECKS.pop(id, None)
+        for alias in getattr(chk, "aliases", ()):
+            check_mod._ALIASES.pop(alias, None)
 
 
 def _passing(ctx):
@@ -51,6 +53,19 @@ def _passing(ctx):
 def _failing(ctx):
     return Outcome(measured=1.0, predicted=2.0, discrepancy=0.5, tolerance=1e-8,
                    criterion="relative error < 1e-8", controls=[Control("wrong", 3.0, 1e-8)])
+
+
+def test_former_ids_select_the_renamed_check(temporary_checks, capsys):
+    temporary_checks("tmp_topic.part.renamed", _passing, aliases=["tmp_topic.method.old_name"])
+    registered = cli.registered_checks()
+    assert [c.id for c in cli.select(["tmp_topic.method.old_name"], registered)] == ["tmp_topic.part.renamed"]
+    assert [c.id for c in cli.select(["tmp_topic.method"], registered)] == ["tmp_topic.part.renamed"]
+    assert "'tmp_topic.part.renamed'" in capsys.readouterr().err
+    with pytest.warns(FutureWarning, match="is now 'tmp_topic.part.renamed'"):
+        assert check_mod.get_check("tmp_topic.method.old_name").id == "tmp_topic.part.renamed"
+    with pytest.raises(ValueError, match="registered twice"):
+        check_mod.check("tmp_topic.other.check", covers=[], method="exact_flow", title="t",
+                        aliases=["tmp_topic.method.old_name"])(_passing)
 
 
 def test_list_runs():
@@ -144,7 +159,7 @@ def test_zero_checks(tmp_path, capsys):
 
 
 def test_select_by_id_and_prefix():
-    reg = [SimpleNamespace(id=i) for i in ("a.b.x", "a.b.y", "a.bc.z", "c.d.e")]
+    reg = [SimpleNamespace(id=i, aliases=()) for i in ("a.b.x", "a.b.y", "a.bc.z", "c.d.e")]
     assert [c.id for c in cli.select(["a.b"], reg)] == ["a.b.x", "a.b.y"]
     assert [c.id for c in cli.select(["c.d.e", "a.b.y", "a.b"], reg)] == ["a.b.x", "a.b.y",
                                                                           "c.d.e"]

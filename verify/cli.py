@@ -184,16 +184,21 @@ def select(patterns: Iterable[str], registered: list | None = None) -> list:
 
     A pattern selects the check with that id, else every check whose id starts with
     ``pattern + "."`` (a topic such as ``linear_attention.merged``), else every check
-    whose id starts with ``pattern``. A pattern matching nothing is a usage error.
+    whose id starts with ``pattern``; failing those, the same on the checks' former ids
+    (``aliases``), with a note naming the current id. A pattern matching nothing is a
+    usage error.
     """
     registered = registered_checks() if registered is None else registered
     chosen: dict[str, object] = {}
     for pat in patterns:
         if not pat:
             raise _UsageError("id: empty check id")
-        hits = ([c for c in registered if c.id == pat]
-                or [c for c in registered if c.id.startswith(pat + ".")]
-                or [c for c in registered if c.id.startswith(pat)])
+        hits = _matching(pat, registered, lambda c: (c.id,))
+        if not hits:  # a former id or prefix: the checks that had it, named as they are now
+            hits = _matching(pat, registered, lambda c: c.aliases)
+            for c in hits:
+                print(f"note: {pat!r} selects {c.id!r} (former id: "
+                      f"{', '.join(a for a in c.aliases if a.startswith(pat))})", file=sys.stderr)
         if not hits:
             raise _UsageError(f"id: no check matches {pat!r} (see 'python -m verify list')")
         for c in hits:
@@ -202,8 +207,18 @@ def select(patterns: Iterable[str], registered: list | None = None) -> list:
     return sorted(chosen.values(), key=lambda c: order[c.id])
 
 
+def _matching(pat: str, registered: list, names) -> list:
+    """The checks with a name (``names(check)``) equal to ``pat``, else under ``pat + "."``,
+    else starting with ``pat``."""
+    for hit in (lambda n: n == pat, lambda n: n.startswith(pat + "."), lambda n: n.startswith(pat)):
+        found = [c for c in registered if any(hit(n) for n in names(c))]
+        if found:
+            return found
+    return []
+
+
 def _is_check_pattern(word: str, registered: list) -> bool:
-    return bool(word) and any(c.id.startswith(word) for c in registered)
+    return bool(word) and any(n.startswith(word) for c in registered for n in (c.id, *c.aliases))
 
 
 # -- progress -----------------------------------------------------------------------
