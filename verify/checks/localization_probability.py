@@ -47,7 +47,8 @@ def _imhof_interval(weights, lo: float, hi: float, tail: float = 1e-7) -> float:
     w = np.asarray(weights, float)
     w = w[np.abs(w) > 1e-15]
     k = w.size
-    U = (2 / k * np.prod(np.abs(w) ** -0.5) / (tail * np.pi)) ** (2 / k)
+    # in logarithms: the product of 2d factors |w_j|^(-1/2) overflows at d = 128
+    U = np.exp(2 / k * (np.log(2 / k) - 0.5 * np.sum(np.log(np.abs(w))) - np.log(tail * np.pi)))
     h = 0.4 / (np.sum(np.abs(w)) + max(abs(lo), abs(hi)))
     u = np.arange(1, int(np.ceil(U / h)) + 1) * h
     phase = 0.5 * np.sum(np.arctan(w[:, None] * u), axis=0)
