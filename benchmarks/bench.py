@@ -30,7 +30,7 @@ Measures
    projected to the ``t_last / (2 eta)`` steps needed to reach the same ``t / tau``. Rank 1 by
    default; ``--fig4-ranks 1,2,4,8`` adds the other panels (``--fig4-ranks`` alone means
    those four).
-7. the cost of one Adam step of the GD++ full profile (``preconditioned_gd.torch.theorem4_gdpp``:
+7. the cost of one Adam step of the GD++ full profile (``preconditioned_gd.gdpp.torch_theorem4``:
    ``d = 5``, ``n = 20``, ``L = 3``, batch 20000, float32): sampling the prompts, and the loss
    with its gradient three ways -- the whole token matrix through every layer
    (:meth:`LinearTransformer.forward`), the Gram recursion of
@@ -285,7 +285,7 @@ def bench_fig4(ranks=(1,), seed: int = 0, steps: int = 200, batch: int = FIG4["b
     return out
 
 
-#: GD++ full-profile setting (``preconditioned_gd.torch.theorem4_gdpp``).
+#: GD++ full-profile setting (``preconditioned_gd.gdpp.torch_theorem4``).
 GDPP = {"d": 5, "n": 20, "L": 3, "batch": 20000, "dtype": "float32"}
 
 

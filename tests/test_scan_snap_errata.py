@@ -116,8 +116,8 @@ def test_eq52_spec_numbers():
 # ---------------------------------------------------------------------------------------------
 # the checks
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("cid", ["scan_snap.errata.eq88_beta_sign", "scan_snap.errata.remark1_effective_rate",
-                                 "scan_snap.errata.remark2_time_shift", "scan_snap.errata.eq52_scan_end"])
+@pytest.mark.parametrize("cid", ["scan_snap.attention.eq88_beta_sign", "scan_snap.h.remark1_effective_rate",
+                                 "scan_snap.h.remark2_time_shift", "scan_snap.speed.eq52_scan_end"])
 def test_check_passes_with_printed_control(cid):
     chk = get_check(cid)
     assert chk.refutes and all(where.startswith("Tian et al. 2023") for where, _ in chk.refutes)

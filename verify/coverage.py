@@ -1,8 +1,10 @@
-"""The coverage table of the README, generated from the registries.
+"""The coverage table of the README, generated from the coverage ledgers and the registries.
 
-One section per paper; one row per registered closed form: id, source, status, whether
-the paper prints a form (``erratum`` where the printed form differs from the derivation),
-and the checks that cover it. The two checks that cover every record of a topic
+First, per paper, how many of its numbered items (:mod:`verify.ledger`) are verified, errata,
+refuted, notation, not checkable or missing. Then one section per paper; one row per
+registered closed form: id, source, status, whether the paper prints a form (``erratum``
+where the printed form differs from the derivation), the ledger items it answers, and the
+checks that cover it. The two checks that cover every record of a topic
 (``<topic>.symbolic_printed_forms``, ``<topic>.high_precision``) are named once above
 the table instead of in every row.
 
@@ -43,19 +45,34 @@ def table() -> str:
         is_generic = chk.id.endswith(_GENERIC)
         for id in chk.covers:
             (generic if is_generic else covering).setdefault(id, []).append(chk.id)
+    from theory.papers import paper_of
+
+    from .ledger import STATUSES, load_all
+
+    ledgers = load_all()
     by_paper: dict[str, list] = {}
     for cf in theory.records():
         paper, where = _split_source(cf.source)
         by_paper.setdefault(paper, []).append((cf, where))
-    out = []
+    out = ["Numbered items of each paper (`docs/ledger/<topic>.toml`; `python -m verify.ledger`):", "",
+           "| paper | items | " + " | ".join(STATUSES) + " |", "|---" * (len(STATUSES) + 2) + "|"]
+    for topic, led in ledgers.items():
+        c = led.counts()
+        paper = paper_of(topic).cite
+        out.append(f"| {paper} | {len(led.items)} | " + " | ".join(str(c[s]) for s in STATUSES) + " |")
+    out.append("")
     for paper, rows in by_paper.items():
+        topic = rows[0][0].id.split(".", 1)[0]
+        led = ledgers.get(topic)
         every = sorted({c for cf, _ in rows for c in generic.get(cf.id, [])})
         out.append(f"**{paper}**. Every row is also checked by {', '.join(f'`{c}`' for c in every)}.\n")
-        out.append("| id | source | status | printed vs derived | checks |")
-        out.append("|---|---|---|---|---|")
+        out.append("| id | source | status | printed vs derived | ledger items | checks |")
+        out.append("|---|---|---|---|---|---|")
         for cf, where in rows:
             chks = ", ".join(f"`{c}`" for c in covering.get(cf.id, [])) or "none yet"
-            out.append(f"| `{cf.id}` | {where.replace('|', '/')} | {cf.status} | {_printed(cf)} | {chks} |")
+            items = "; ".join(led.refs_of(cf.id)) if led else ""
+            out.append(f"| `{cf.id}` | {where.replace('|', '/')} | {cf.status} | {_printed(cf)} | "
+                       f"{items.replace('|', '/')} | {chks} |")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

@@ -54,10 +54,12 @@ def paper_page(topic: str) -> str:
            f"*{paper.venue}.* {len(records)} closed forms are registered for this paper; each one is "
            "derived in sympy by the toolkit and covered by the checks listed with it "
            "(`python -m verify <check id>` reruns one).", ""]
+    out += ledger_section(topic)
+    out += ["## Closed forms", ""]
     if not records:
         out += ["No closed form of this paper is registered yet.", ""]
     for r in records:
-        out += [f"## `{r.id}`", "", f"{r.title}.", "",
+        out += [f"### `{r.id}`", "", f"{r.title}.", "",
                 f"**Source:** {r.source}. **Status:** {r.status}."
                 + (" **Erratum.**" if r.erratum else ""), ""]
         out += ["**Parameters:**", ""] + [_param_line(p) for p in r.params] + [""]
@@ -74,6 +76,32 @@ def paper_page(topic: str) -> str:
         chks = covering.get(r.id, [])
         out += ["**Checked by:** " + (", ".join(f"`{c.id}` ({c.method})" for c in chks) or "none"), ""]
     return "\n".join(out)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "/")
+
+
+def ledger_section(topic: str) -> list[str]:
+    """The paper's coverage ledger (:mod:`verify.ledger`) as a section: counts per status, then
+    every numbered item with its status, closed forms, checks and note."""
+    from verify.ledger import LEDGER_DIR, STATUSES, load
+
+    if not (LEDGER_DIR / f"{topic}.toml").is_file():
+        return []
+    led = load(topic)
+    c = led.counts()
+    out = ["## Every numbered item of the paper", "",
+           f"The coverage ledger (`docs/ledger/{topic}.toml`) lists {len(led.items)} items: "
+           + ", ".join(f"{c[s]} {s}" for s in STATUSES) + ". *verified*: a check confirms the result; "
+           "*erratum*: the printed form is wrong and a check decides for the corrected one; *refuted*: a check "
+           "shows the claim fails; *missing*: not covered yet.", "",
+           "| item | status | closed forms | checks | note |", "|---|---|---|---|---|"]
+    for it in led.items:
+        cfs = ", ".join(f"`{i.split('.', 1)[1]}`" for i in it.closed_forms)
+        chks = ", ".join(f"`{i.split('.', 1)[1]}`" for i in it.checks)
+        out.append(f"| {_cell(it.ref)} | {it.status} | {cfs} | {chks} | {_cell(it.note)} |")
+    return out + [""]
 
 
 def checks_page() -> str:

@@ -190,7 +190,7 @@ plt.show()
 # $d = 5$ it has two local minima; the global one lies far below the sparse optimum.
 #
 # Full matrices $P_\ell, Q_\ell$ at $L \ge 2$ are outside every theorem of the paper. Two checks
-# settle what happens there: `preconditioned_gd.torch.full_multilayer` trains every entry from a
+# settle what happens there: `preconditioned_gd.multi_layer.torch_full_multilayer` trains every entry from a
 # small random start and lands near Theorem 4's set at the global GD++ minimum (quick profile:
 # `Dist` 0.14 and 0.12, steps within 3.5 %), and `preconditioned_gd.gdpp.mc_gradient_full`
 # shows that the set is not critical for every entry: the label-label entries
@@ -240,14 +240,14 @@ def show_record(check_id, keys):
     return res
 
 
-gdpp_run = show_record("preconditioned_gd.torch.theorem4_gdpp",
+gdpp_run = show_record("preconditioned_gd.gdpp.torch_theorem4",
                        ("Dist(B_l, I)", "Dist(Sigma^1/2 A_l Sigma^1/2, I)", "a_l (eq. 11 sign)",
                         "b_l"))
 if gdpp_run is not None:
     proj, sparse_mc = (gdpp_run["details"]["held-out"][k][0] for k in ("projection", "sparse optimum"))
     print(f"  held-out loss of the weights projected on Theorem 4's set: {proj:.3g}"
           f" (sparse optimum: {sparse_mc:.3g})")
-show_record("preconditioned_gd.torch.full_multilayer", ("L=2", "L=3"))
+show_record("preconditioned_gd.multi_layer.torch_full_multilayer", ("L=2", "L=3"))
 
 # %% [markdown]
 # ## 6. ReLU attention (Theorem 5)

@@ -7,17 +7,17 @@ Contains
     Eq. 3 with P restored against torch autograd of the per-sample loss of the clipped-linear
     model on random-walk tokens (samples within 1e-3 of a clip boundary rejected); the printed
     eq. 3 (no P) is the negative control; the index sums (19)-(21) against the matrix forms.
-``localization.gradient.locater_autograd``
+``localization.locater.grad_autograd``
     The LOCATER regulariser and its gradients (sympy matrix calculus) against autograd; the
     printed mean-term gradients are the controls.
-``localization.gradient.eigenspectrum``
+``localization.eigen.spectrum``
     Eq. 8 (variance), eq. 5 (bound, tight at equal eigenvalues), xi, eta and tr(W^2) against
     the eigenvalues of W = W_QK Sigma on random draws with anisotropic Sigma; eq. 10's printed
     equality sqrt(tr W^2) = ||W||_F and the Fig. 2 caption's eta are the controls.
-``localization.gradient.norm_bounds``
+``localization.bounds.norm_bounds``
     Eq. 7 (valid versions) and eq. 10 (valid chain) on random draws and the counterexample
     W_QK = Sigma = I; the printed first inequality of eq. 7 is the control.
-``localization.gradient.entropy_bound``
+``localization.entropy.bound``
     Eq. 9: the corrected large-T bound stays below ln(T + 1), is decreasing in nu and approaches
     Zhai et al.'s finite-T bound; the printed eq. 9 exceeds ln T.
 """
@@ -111,7 +111,7 @@ def eq3_autograd(ctx):
 
 
 # =====================================================================================
-@check("localization.gradient.locater_autograd",
+@check("localization.locater.grad_autograd", aliases=["localization.gradient.locater_autograd"],
        covers=["localization.locater.regulariser", "localization.locater.grad_query",
                "localization.locater.grad_key"],
        decides=["localization.locater.grad_query", "localization.locater.grad_key"],
@@ -170,7 +170,7 @@ def _draws(rng, n):
         yield d, Sigma, _symmetric_with_spectrum(rng, eigs)
 
 
-@check("localization.gradient.eigenspectrum",
+@check("localization.eigen.spectrum", aliases=["localization.gradient.eigenspectrum"],
        covers=["localization.eigen.variance", "localization.eigen.trace_bound", "localization.eigen.xi",
                "localization.eigen.eta", "localization.eigen.scale"],
        decides=["localization.eigen.scale"], method="monte_carlo",
@@ -221,7 +221,7 @@ def eigenspectrum(ctx):
     )
 
 
-@check("localization.gradient.norm_bounds",
+@check("localization.bounds.norm_bounds", aliases=["localization.gradient.norm_bounds"],
        covers=["localization.bounds.spectral_lower", "localization.bounds.frobenius_lower",
                "localization.bounds.frobenius_upper"],
        decides=["localization.bounds.spectral_lower"], method="monte_carlo",
@@ -264,7 +264,7 @@ def norm_bounds(ctx):
 
 
 # =====================================================================================
-@check("localization.gradient.entropy_bound",
+@check("localization.entropy.bound", aliases=["localization.gradient.entropy_bound"],
        covers=["localization.entropy.zhai_bound", "localization.entropy.zhai_theorem"],
        decides=["localization.entropy.zhai_bound"], method="high_precision",
        title="Eq. 9: corrected large-T entropy bound <= ln(T+1), decreasing, -> Zhai et al. Thm 3.1")

@@ -137,7 +137,7 @@ def _figures(runs, layers):
     }
 
 
-@check("localization.torch.locater", covers=[], method="torch",
+@check("localization.locater.torch_training", aliases=["localization.torch.locater"], covers=[], method="torch",
        title="Self-attention LM with and without LOCATER: eigenspectrum, entropy, rho (qualitative)")
 def locater_training(ctx):
     import torch

@@ -21,12 +21,12 @@ learned low-variance directions).
 
 Contains
 --------
-``preconditioned_gd.torch.theorem3_sparse``
+``preconditioned_gd.multi_layer.torch_theorem3_sparse``
     The sparse parametrisation (eq. 8), ``L = 2`` (quick) or ``L = 1, 2, 3`` (full).
-``preconditioned_gd.torch.theorem3_full``
+``preconditioned_gd.single_layer.torch_theorem3_full``
     Every entry of ``P_0, Q_0`` trainable, ``L = 1``: the effective preconditioner
     ``-[P]_{d+1,d+1} [Q]_{1:d,1:d}`` vs ``n / (n + d + 1) Sigma^{-1}``.
-``preconditioned_gd.torch.theorem4_gdpp``
+``preconditioned_gd.gdpp.torch_theorem4``
     The general parametrisation (eq. 11, GD++): ``B_l`` approaches multiples of ``I``.
 """
 
@@ -118,7 +118,7 @@ SPARSE_FULL = dict(steps=12000, batch=8000, lr=0.01, halve_every=3000, betas=(0.
 SPARSE_TOL = {"quick": (0.15, 0.10, 0.15), "full": (0.03, 0.02, 0.03)}
 
 
-@check("preconditioned_gd.torch.theorem3_sparse",
+@check("preconditioned_gd.multi_layer.torch_theorem3_sparse", aliases=["preconditioned_gd.torch.theorem3_sparse"],
        covers=["preconditioned_gd.multi_layer.optimal_steps",
                "preconditioned_gd.multi_layer.optimal_loss"],
        method="torch", needs=("torch",),
@@ -270,7 +270,7 @@ def _weighted_err(G, G_ref, Sh) -> float:
     return float(np.linalg.norm(Sh @ (G - G_ref) @ Sh) / np.linalg.norm(Sh @ G_ref @ Sh))
 
 
-@check("preconditioned_gd.torch.theorem3_full",
+@check("preconditioned_gd.single_layer.torch_theorem3_full", aliases=["preconditioned_gd.torch.theorem3_full"],
        covers=["preconditioned_gd.single_layer.optimal_preconditioner_inverse_task",
                "preconditioned_gd.single_layer.optimal_loss_inverse_task"],
        method="torch", needs=("torch",),
@@ -379,7 +379,7 @@ GDPP_TOL = {"quick": 0.3, "full": 0.1}
 GDPP_DTYPE = {"quick": "float64", "full": "float32"}
 
 
-@check("preconditioned_gd.torch.theorem4_gdpp",
+@check("preconditioned_gd.gdpp.torch_theorem4", aliases=["preconditioned_gd.torch.theorem4_gdpp"],
        covers=["preconditioned_gd.gdpp.loss", "preconditioned_gd.multi_layer.optimal_loss"],
        method="torch", needs=("torch",),
        title="Theorem 4 / Figs. 3-5: Adam on the GD++ transformer (eq. 11) drives B_l to "
@@ -548,7 +548,7 @@ FULL_ML_FULL = {2: dict(steps=20000, batch=4000, lr=0.01, halve_every=4000, beta
 FULL_ML_TOL = {"quick": ({2: 0.2}, 0.15, None), "full": ({2: 0.05, 3: 0.1}, 0.05, 0.1)}
 
 
-@check("preconditioned_gd.torch.full_multilayer",
+@check("preconditioned_gd.multi_layer.torch_full_multilayer", aliases=["preconditioned_gd.torch.full_multilayer"],
        covers=["preconditioned_gd.gdpp.loss", "preconditioned_gd.multi_layer.optimal_loss"],
        method="torch", needs=("torch",),
        title="L = 2, 3 with every entry of P_l, Q_l trained: Adam lands on Theorem 4's set "

@@ -1,17 +1,17 @@
 """Checks of the decoder and attention dynamics of Scan and Snap (Tian et al. 2023, Lemma 5,
 Theorems 2-4) on the paper's data model (verify.models.scan_snap).
 
-* ``scan_snap.dynamics.lemma5_decoder``: the iterated single-class decoder against
+* ``scan_snap.decoder.lemma5_flow``: the iterated single-class decoder against
   (M-1) h*(s) zeta_n and eq. 32, to round-off.
-* ``scan_snap.dynamics.theorem4_ode``: Theorem 4's ODE (eqs. 118-119) integrated with the
+* ``scan_snap.attention.theorem4_ode``: Theorem 4's ODE (eqs. 118-119) integrated with the
   registered gamma(t) against the corrected B_n and common logit, in both readings of the class
   sum; the printed B_n (eq. 124) is rejected at every time; eq. 14's two regimes.
-* ``scan_snap.dynamics.attention_ode_bn``: the attention ODE of eq. 10 (spec R5) on K classes
+* ``scan_snap.attention.ode_bn``: the attention ODE of eq. 10 (spec R5) on K classes
   with one common token: z_CT(t) and B_n(t) against the closed forms inside a bracket computed
   from the measured violation of Theorem 4's hypotheses.
-* ``scan_snap.dynamics.theorem23_ode``: Theorem 3's invariant r(t) = r(0) chi_l(t) to ODE
+* ``scan_snap.attention.theorem23_ode``: Theorem 3's invariant r(t) = r(0) chi_l(t) to ODE
   precision and Theorem 2's signs (and the eq.-99 pair term) along R5 with asymmetric classes.
-* ``scan_snap.dynamics.population_signs``: Theorem 2's signs in the full batch-1 population
+* ``scan_snap.attention.population_signs``: Theorem 2's signs in the full batch-1 population
   model (spec R6, learned decoder) when eta_Z << eta_Y.
 """
 
@@ -34,7 +34,7 @@ def _get(name):
 
 
 # -- Lemma 5 ----------------------------------------------------------------------------------------
-@check("scan_snap.dynamics.lemma5_decoder", method="exact_flow",
+@check("scan_snap.decoder.lemma5_flow", aliases=["scan_snap.dynamics.lemma5_decoder"], method="exact_flow",
        covers=["scan_snap.decoder.label_logit", "scan_snap.decoder.alpha_correct", "scan_snap.decoder.residual",
                "scan_snap.h.discrete"],
        title="Lemma 5: iterated single-class decoder = (M-1) h*(s) zeta_n, alpha_n(s) of eq. 32")
@@ -115,7 +115,7 @@ def _integrate_theorem4(M, K, eta_Y, eta_Z, C0, k, ts):
     return sol.y[0], sol.y[1]
 
 
-@check("scan_snap.dynamics.theorem4_ode", method="exact_flow",
+@check("scan_snap.attention.theorem4_ode", aliases=["scan_snap.dynamics.theorem4_ode"], method="exact_flow",
        covers=["scan_snap.attention.growth", "scan_snap.attention.growth_printed",
                "scan_snap.attention.growth_literal", "scan_snap.attention.common_logit",
                "scan_snap.attention.common_logit_literal", "scan_snap.attention.growth_scanning",
@@ -244,7 +244,7 @@ def _bracket(G, C0, k, eps, dlt):
     return (z_lo, z_hi), (B_lo, B_hi), (e_lo[-1], e_hi[-1], d_lo[-1], d_hi[-1])
 
 
-@check("scan_snap.dynamics.attention_ode_bn", method="exact_flow",
+@check("scan_snap.attention.ode_bn", aliases=["scan_snap.dynamics.attention_ode_bn"], method="exact_flow",
        covers=["scan_snap.attention.growth", "scan_snap.attention.growth_printed",
                "scan_snap.attention.growth_literal", "scan_snap.attention.common_logit",
                "scan_snap.attention.common_logit_literal", "scan_snap.speed.gamma",
@@ -342,7 +342,7 @@ def _asymmetric_classes(rng, K, D):
     return SequenceClasses(P, np.full(K, 1 + K * D), 1 + K * D + 1 + np.arange(K))
 
 
-@check("scan_snap.dynamics.theorem23_ode", method="exact_flow",
+@check("scan_snap.attention.theorem23_ode", aliases=["scan_snap.dynamics.theorem23_ode"], method="exact_flow",
        covers=["scan_snap.attention.relative_gain", "scan_snap.attention.common_pair_term"],
        title="Theorems 2-3 along the eq. 10 ODE: r(t)/chi_l(t) = r(0) to ODE precision; DT logits rise, "
              "the CT logit falls; eq. 99's pair term")
@@ -421,7 +421,7 @@ def _sign_violations(classes, run, burn):
     return int(np.sum(viol & active)), int(np.sum(active))
 
 
-@check("scan_snap.dynamics.population_signs", method="exact_flow",
+@check("scan_snap.attention.population_signs", aliases=["scan_snap.dynamics.population_signs"], method="exact_flow",
        covers=["scan_snap.attention.common_pair_term"],
        title="Theorem 2 in the batch-1 population model (learned decoder): DT logits rise, CT logits fall "
              "when eta_Z << eta_Y")

@@ -5,19 +5,19 @@ the crossing time t_A) and puts the paper's printed statement in as a negative c
 
 Contains
 --------
-``scan_snap.errata.eq88_beta_sign``
+``scan_snap.attention.eq88_beta_sign``
     Theorem 1's decomposition (eqs. 83-84, 86, 88): with Y built as in Theorem 5 (eq. 70) from a
     random weakly correlated F, the coefficients of g = Y(e_n - alpha_n) in the basis F are iota_n
     of eq. 86 and beta_nn' of eq. 88 with the sign of q_0 (1 + theta_n') flipped. Control: eq. 88
     as printed.
-``scan_snap.errata.remark1_effective_rate``
+``scan_snap.h.remark1_effective_rate``
     Remark 1 (eqs. 40-43): the decoder dynamics with equal overlaps f_n^T f_n' = rho and K = M gives
     w_n(N) = (M - 1) h*(N/K) zeta_n with h* iterated at (1 - rho) eta_Y. Control: eq. 43 as printed,
     (1 - rho) (M - 1) h*(N/K) zeta_n with h* at eta_Y.
-``scan_snap.errata.remark2_time_shift``
+``scan_snap.h.remark2_time_shift``
     Lemma 7, Remark 2: the time shift c(s) with h(s + c) = h*(s) grows like (1/2) ln s without
     bound. Control: the printed c = O(ln M) for all s > s_1 (a bounded shift, slope 0 in ln s).
-``scan_snap.errata.eq52_scan_end``
+``scan_snap.speed.eq52_scan_end``
     Eq. 52's claim t_A > ln M/eta_Y: false for M = 2, 3, 4, true for 5 <= M <= 1e4. Control: the
     claim as printed (for every M).
 """
@@ -114,7 +114,7 @@ def beta_eq88(Ep, theta, M, n, m, printed: bool = False):
             + q0 * sum((1 + theta[k]) * Ep[k, m] for k in others))
 
 
-@check("scan_snap.errata.eq88_beta_sign", covers=[], method="exact_flow",
+@check("scan_snap.attention.eq88_beta_sign", aliases=["scan_snap.errata.eq88_beta_sign"], covers=[], method="exact_flow",
        title="Theorem 1 (eqs. 83-88): g = Y(e_n - alpha_n) in the basis F; beta_nn' needs -q_0 (1 + theta_n')",
        refutes={"Tian et al. 2023, eq. 88 (proof of Theorem 1, App. D.5)":
                 "The q_0 (1 + theta_n') term of beta_nn' has the wrong sign: expanding eq. 83, "
@@ -211,7 +211,7 @@ def decoder_rows(F: np.ndarray, eta_Y: float, epochs: int, order: str) -> np.nda
     return F.T @ Y
 
 
-@check("scan_snap.errata.remark1_effective_rate", covers=["scan_snap.h.discrete"], method="exact_flow",
+@check("scan_snap.h.remark1_effective_rate", aliases=["scan_snap.errata.remark1_effective_rate"], covers=["scan_snap.h.discrete"], method="exact_flow",
        title="Remark 1 (eq. 43): equal overlaps rho, K = M: h* iterated at (1 - rho) eta_Y, not (1 - rho) h*",
        refutes={"Tian et al. 2023, Remark 1, eq. 43 (App. D.2)":
                 "With equal overlaps f_n^T f_n' = rho the rows obey w_n' += eta_Y (1 - rho)(e_n - alpha_n) "
@@ -276,7 +276,7 @@ def time_shift(s: np.ndarray, hs: np.ndarray, M: int, eta_Y: float) -> np.ndarra
     return _cf("scan_snap.h.time_of", h=hs[s], M=M, eta_Y=eta_Y) - s
 
 
-@check("scan_snap.errata.remark2_time_shift",
+@check("scan_snap.h.remark2_time_shift", aliases=["scan_snap.errata.remark2_time_shift"],
        covers=["scan_snap.h.discrete", "scan_snap.h.time_of", "scan_snap.speed.crossing_time"],
        method="exact_flow",
        title="Lemma 7, Remark 2: the shift c(s) with h(s + c) = h*(s) grows like (1/2) ln s, unbounded",
@@ -328,7 +328,7 @@ def remark2_time_shift(ctx):
 # =====================================================================================
 # Eq. 52
 # =====================================================================================
-@check("scan_snap.errata.eq52_scan_end", covers=["scan_snap.speed.scan_end", "scan_snap.speed.scan_time"],
+@check("scan_snap.speed.eq52_scan_end", aliases=["scan_snap.errata.eq52_scan_end"], covers=["scan_snap.speed.scan_end", "scan_snap.speed.scan_time"],
        method="exact_flow",
        title="Eq. 52: t_A > ln M/eta_Y holds for 5 <= M <= 1e4 and fails for M = 2, 3, 4",
        refutes={"Tian et al. 2023, Lemma 9, eq. 52 (App. D.3)":

@@ -11,11 +11,11 @@ M = 34 including query and next-token ids). The attention statistic is the long-
 attention c_n = softmax(ln P(.|n) + z_{psi(n)}) read from the learned Z = U W_Q W_K^T U^T/sqrt(d),
 and its entropy restricted to the distinct tokens (renormalised), averaged over classes.
 
-* ``scan_snap.torch.zero_init_loss``: exact: the loss at zero initialisation is ln M.
-* ``scan_snap.torch.scan_and_snap``: qualitative (Fig. 4): attention on distinct tokens rises,
+* ``scan_snap.decoder.torch_zero_init_loss``: exact: the loss at zero initialisation is ln M.
+* ``scan_snap.attention.torch_scan_and_snap``: qualitative (Fig. 4): attention on distinct tokens rises,
   on common tokens falls, the entropy decreases then freezes; the freeze time against t_0; a
   larger decoder learning rate freezes earlier and ends less sparse.
-* ``scan_snap.torch.fig6_trends``: qualitative (Fig. 6): the final entropy falls with eta_Z and
+* ``scan_snap.attention.torch_fig6_trends``: qualitative (Fig. 6): the final entropy falls with eta_Z and
   rises with eta_Y/eta_Z (zero init, shared query; medians over initialisations); small grid in
   quick, the paper's grid in full.
 """
@@ -58,7 +58,7 @@ def _freeze_time(H, frac=0.1):
     return int(outside[-1] + 1) if outside.size else 0
 
 
-@check("scan_snap.torch.zero_init_loss", method="torch", covers=["scan_snap.decoder.alpha_correct"],
+@check("scan_snap.decoder.torch_zero_init_loss", aliases=["scan_snap.torch.zero_init_loss"], method="torch", covers=["scan_snap.decoder.alpha_correct"],
        title="1-layer transformer at zero initialisation: cross-entropy = ln M = -ln alpha_nn(1)")
 def zero_init_loss(ctx):
     import torch
@@ -89,7 +89,7 @@ def zero_init_loss(ctx):
     )
 
 
-@check("scan_snap.torch.scan_and_snap", method="torch",
+@check("scan_snap.attention.torch_scan_and_snap", aliases=["scan_snap.torch.scan_and_snap"], method="torch",
        covers=["scan_snap.speed.snap_time", "scan_snap.attention.growth", "scan_snap.attention.common_pair_term"],
        title="Fig. 4 with a real 1-layer transformer (qualitative): DT attention up, CT down, entropy "
              "decreases then freezes; larger eta_Y freezes earlier and less sparse")
@@ -162,7 +162,7 @@ def scan_and_snap(ctx):
     )
 
 
-@check("scan_snap.torch.fig6_trends", method="torch", covers=["scan_snap.attention.growth"],
+@check("scan_snap.attention.torch_fig6_trends", aliases=["scan_snap.torch.fig6_trends"], method="torch", covers=["scan_snap.attention.growth"],
        title="Fig. 6 trends with a real 1-layer transformer (qualitative): DT entropy falls with eta_Z, "
              "rises with eta_Y/eta_Z")
 def fig6_trends(ctx):
