@@ -68,6 +68,25 @@ def test_former_ids_select_the_renamed_check(temporary_checks, capsys):
                         aliases=["tmp_topic.method.old_name"])(_passing)
 
 
+def test_covers_selects_every_check_of_the_records_under_a_prefix(capsys):
+    registered = cli.registered_checks()
+    chosen = {c.id for c in cli.covering(["preconditioned_gd.multi_layer"], registered)}
+    # the torch checks of those records are selected whatever their own id
+    expected = {c.id for c in registered if any(i.startswith("preconditioned_gd.multi_layer.") for i in c.covers)}
+    assert chosen == expected and "preconditioned_gd.multi_layer.torch_theorem3_sparse" in chosen
+    assert cli.covering(["preconditioned_gd.multi_layer.optimal_steps"], registered)
+    assert cli.main(["list", "--covers", "preconditioned_gd.multi_layer.optimal_steps"]) == 0
+    listed = capsys.readouterr().out
+    assert "steps_are_kernel_roots" in listed and "relu.mc_loss" not in listed
+    for argv, message in ((["--covers", "nope"], "--covers: no closed form under 'nope'"),
+                          (["all", "--covers", "scan_snap.h"], "--covers: selects the checks itself"),
+                          (["--covers", "scan_snap.h", "scan_snap.h.identities"], "--covers: selects"),
+                          ([], "command: missing")):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+
+
 def test_list_runs():
     proc = run_module("list")
     assert proc.returncode == 0, proc.stderr

@@ -9,6 +9,10 @@ all
 run ID [ID ...]
     Run the named checks. ``run`` may be left out: ``python -m verify ID [ID ...]``.
     An id prefix such as ``linear_attention.merged`` selects every check under it.
+--covers PREFIX
+    Instead of ids: every check covering a closed form under ``PREFIX`` (whatever the
+    check's own id), e.g. ``--covers preconditioned_gd.multi_layer`` also selects the torch
+    checks of those records. With ``list``, lists them.
 
 Each run prints a results table (id, pass/FAIL, discrepancy, tolerance, seconds) and a
 summary line, and writes ``results.json``, ``report.md`` and figures to ``--report``.
@@ -37,6 +41,7 @@ Examples
     python -m verify all --profile quick --seed 0
     python -m verify linear_attention.merged --report out/
     python -m verify localization.softmax --seeds 0-19 --report sweep/
+    python -m verify --covers preconditioned_gd.multi_layer.optimal_steps --report out/
     python -m verify all --profile full --device cuda
 """
 
@@ -154,9 +159,13 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("command", metavar="COMMAND", help="list, all, run, or a check id")
+    p.add_argument("command", metavar="COMMAND", nargs="?", default=None,
+                   help="list, all, run, or a check id (may be left out with --covers)")
     p.add_argument("ids", metavar="ID", nargs="*",
                    help="check ids or id prefixes (with 'run' or on their own)")
+    p.add_argument("--covers", metavar="PREFIX", action="append", default=None,
+                   help="select every check covering a closed form under PREFIX "
+                        "(e.g. preconditioned_gd.multi_layer); repeatable; with list, lists them")
     p.add_argument("--profile", choices=PROFILES, default="quick",
                    help="quick: minutes on a laptop (default); full: the papers' sizes")
     p.add_argument("--seed", type=_seed_arg, default=None, help="run seed (default 0)")
@@ -205,6 +214,30 @@ def select(patterns: Iterable[str], registered: list | None = None) -> list:
             chosen.setdefault(c.id, c)
     order = {c.id: i for i, c in enumerate(registered)}
     return sorted(chosen.values(), key=lambda c: order[c.id])
+
+
+def covering(prefixes: Iterable[str], registered: list | None = None) -> list:
+    """The checks covering a closed form under any of ``prefixes`` (an id, or a prefix such as
+    ``preconditioned_gd.multi_layer``: the ids equal to it or under ``prefix + "."``), in
+    registration order; a prefix that names no registered closed form, or that no check
+    covers, is a usage error."""
+    import theory
+
+    registered = registered_checks() if registered is None else registered
+    ids = theory.ids()
+    chosen = []
+    for pre in prefixes:
+        if not pre:
+            raise _UsageError("--covers: empty prefix")
+        under = {i for i in ids if i == pre or i.startswith(pre + ".")}
+        if not under:
+            raise _UsageError(f"--covers: no closed form under {pre!r} (see 'python -m theory list')")
+        hits = [c for c in registered if under & set(c.covers)]
+        if not hits:
+            raise _UsageError(f"--covers: no check covers the closed forms under {pre!r}")
+        chosen += [c for c in hits if c not in chosen]
+    order = {c.id: i for i, c in enumerate(registered)}
+    return sorted(chosen, key=lambda c: order[c.id])
 
 
 def _matching(pat: str, registered: list, names) -> list:
@@ -560,6 +593,12 @@ def _parse(argv: list[str] | None):
 
 def _selection(args, registered: list) -> list:
     """The checks named on the command line (the ``list`` command is handled before)."""
+    if args.covers:
+        if args.command not in (None, "run") or args.ids:
+            raise _UsageError("--covers: selects the checks itself; give no command but 'run' or 'list', and no ids")
+        return covering(args.covers, registered)
+    if args.command is None:
+        raise _UsageError("command: missing; give list, all, run or a check id (see 'python -m verify --help')")
     if args.command == "all":
         if args.ids:
             raise _UsageError("all: takes no ids (use 'run ID ...' or plain ids)")
@@ -592,7 +631,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "list":
             if args.ids:
                 raise _UsageError("list: takes no ids")
-            return _cmd_list(registered, sys.stdout)
+            return _cmd_list(covering(args.covers, registered) if args.covers else registered, sys.stdout)
         selected = _selection(args, registered)
         _check_device(args.device)
     except SystemExit as exc:  # argparse --help
