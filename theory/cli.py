@@ -6,8 +6,9 @@ list
     One line per closed form: id, status, source, title.
 show ID
     Title, source, status, parameters, the derived expression (pretty-printed and as
-    LaTeX), the paper's printed form and whether it equals the derived one, the erratum
-    and the documentation.
+    LaTeX), the paper's printed form and whether it equals the derived one, the erratum,
+    the documentation, the module that defines it, and a runnable example (an ``eval``
+    command with its output, and the Python call).
 eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
     Evaluate at the given parameters and print JSON ``{"id": ID, "value": ...}``:
     matrices as nested lists, vectors as lists, scalars as numbers. ``Lambda`` may be a
@@ -109,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list the registered closed forms",
                    description="One line per closed form: id, status, source, title.")
 
-    show = sub.add_parser("show", help="show one closed form: expression, LaTeX, erratum, docs",
+    show = sub.add_parser("show", help="show one closed form: expression, LaTeX, erratum, docs, module, example",
                           description="Show one closed form in full.")
     show.add_argument("id", metavar="ID", help="closed-form id (see 'list')")
     show.add_argument("--no-compare", action="store_true",
@@ -178,6 +179,7 @@ def _cmd_show(args, out) -> int:
     print(f"\nsource: {cf.source}", file=out)
     print(f"status: {cf.status}", file=out)
     print(f"output: {cf.output}", file=out)
+    print(f"defined in: {defined_in(cf)}", file=out)
 
     section("Parameters")
     for p in cf.params:
@@ -209,7 +211,49 @@ def _cmd_show(args, out) -> int:
     if cf.doc:
         section("Notes")
         print(_wrap_prose(cf.doc), file=out)
+
+    section("Example")
+    values = example_values(cf)
+    print(f"  python -m theory eval {cf.id} --json '{json.dumps(values)}'", file=out)
+    print(f"  {json.dumps({'id': cf.id, 'value': _np_jsonable(cf('numpy', **values))}, allow_nan=False)}",
+          file=out)
+    args = ", ".join(f"{k}={v!r}" for k, v in values.items())
+    print(f"\n  >>> import theory\n  >>> theory.get({cf.id!r})({args})", file=out)
     return 0
+
+
+def defined_in(cf) -> str:
+    """``module (path:line)`` of the function that derives ``cf``, the path relative to the
+    package's parent folder."""
+    import inspect
+    from pathlib import Path
+
+    fn = inspect.unwrap(cf.derive)
+    module = getattr(fn, "__module__", "?")
+    try:
+        path = Path(inspect.getsourcefile(fn))
+        line = inspect.getsourcelines(fn)[1]
+        root = Path(__import__(module.split(".")[0]).__file__).resolve().parents[1]
+        return f"{module} ({path.resolve().relative_to(root)}:{line})"
+    except (TypeError, OSError, ValueError):
+        return module
+
+
+def example_values(cf) -> dict:
+    """A parameter point where ``cf`` evaluates: the record's own :attr:`~theory.ClosedForm.example`
+    completed by each parameter's :meth:`~theory.Param.example`, as JSON-ready values."""
+    values = dict(cf.example or {})
+    for p in cf.params:
+        values.setdefault(p.name, p.example())
+
+    def plain(x):
+        if hasattr(x, "tolist"):
+            return x.tolist()
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        return x
+
+    return {k: plain(v) for k, v in values.items()}
 
 
 def _wrap_prose(text: str) -> str:

@@ -53,7 +53,7 @@ class Vec(MatrixExpr):
         from sympy.printing.pretty.stringpict import prettyForm
 
         inner = printer._print(self.arg)
-        return prettyForm(*inner.parens().left("vec"))
+        return prettyForm(*prettyForm(*inner.parens()).left("vec"))
 
 
 def trace_symbol(k: int) -> sp.Symbol:

@@ -82,6 +82,9 @@ class Param:
         Name in :func:`theory.symbols.sym` of the sympy symbol standing for this parameter,
         where it differs from ``name`` (e.g. Scan and Snap's vocabulary size ``M``, a scalar,
         is ``sym("M_vocab")`` because ``M`` is the effective matrix elsewhere).
+    example_value : any
+        A typical valid value (what ``python -m theory show`` evaluates the record at); ``None``
+        for the default of the kind (:meth:`example`).
     """
 
     name: str
@@ -90,6 +93,7 @@ class Param:
     low: int = 1
     high: int | None = None
     symbol: str | None = None
+    example_value: Any = None
 
     def __post_init__(self):
         if self.kind not in _VALIDATORS:
@@ -122,8 +126,12 @@ class Param:
         return f"{self.name}: {what}. {self.doc}"
 
     def example(self) -> Any:
-        """A value valid for this parameter on its own (dimension 3 where it has one); a
-        record's domain may still refuse the combination."""
+        """:attr:`example_value`, else a value valid for this parameter on its own (dimension 3
+        where it has one); a record's domain may still refuse the combination."""
+        if self.example_value is not None:
+            import copy
+
+            return copy.deepcopy(self.example_value)
         return {
             "covariance": [1.0, 0.5, 0.25],
             "matrix": [[1.1, 0.1, 0.1], [0.1, 1.1, 0.1], [0.1, 0.1, 1.1]],
@@ -373,37 +381,37 @@ _VALIDATORS = {
 }
 
 
-def covariance(name: str, doc: str) -> Param:
-    return Param(name, "covariance", doc)
+def covariance(name: str, doc: str, *, example=None) -> Param:
+    return Param(name, "covariance", doc, example_value=example)
 
 
-def matrix(name: str, doc: str) -> Param:
-    return Param(name, "matrix", doc)
+def matrix(name: str, doc: str, *, example=None) -> Param:
+    return Param(name, "matrix", doc, example_value=example)
 
 
-def index(name: str, doc: str, low: int = 1, high: int | None = None) -> Param:
-    return Param(name, "index", doc, low=low, high=high)
+def index(name: str, doc: str, low: int = 1, high: int | None = None, *, example=None) -> Param:
+    return Param(name, "index", doc, low=low, high=high, example_value=example)
 
 
-def positive(name: str, doc: str) -> Param:
-    return Param(name, "positive", doc)
+def positive(name: str, doc: str, *, example=None) -> Param:
+    return Param(name, "positive", doc, example_value=example)
 
 
-def nonnegative(name: str, doc: str) -> Param:
-    return Param(name, "nonnegative", doc)
+def nonnegative(name: str, doc: str, *, example=None) -> Param:
+    return Param(name, "nonnegative", doc, example_value=example)
 
 
-def real(name: str, doc: str) -> Param:
-    return Param(name, "real", doc)
+def real(name: str, doc: str, *, example=None) -> Param:
+    return Param(name, "real", doc, example_value=example)
 
 
-def vector(name: str, doc: str) -> Param:
-    return Param(name, "vector", doc)
+def vector(name: str, doc: str, *, example=None) -> Param:
+    return Param(name, "vector", doc, example_value=example)
 
 
-def subset(name: str, doc: str) -> Param:
-    return Param(name, "subset", doc)
+def subset(name: str, doc: str, *, example=None) -> Param:
+    return Param(name, "subset", doc, example_value=example)
 
 
-def steps(name: str, doc: str, high: int) -> Param:
-    return Param(name, "steps", doc, high=high)
+def steps(name: str, doc: str, high: int, *, example=None) -> Param:
+    return Param(name, "steps", doc, high=high, example_value=example)
