@@ -160,8 +160,8 @@ def test_exact_variance_symmetric_under_reflection(T, data):
     assert cf(i=i, T=T, trW2=1.0, temperature=1.0) == pytest.approx(cf(i=T + 1 - i, T=T, trW2=1.0, temperature=1.0),
                                                                      rel=1e-12)
     lim = theory.get("localization.u.variance_limit")
-    assert lim(i=i, T=T, trW2=1.0, temperature=1.0) == pytest.approx(lim(i=T - i, T=T, trW2=1.0, temperature=1.0)
-                                                                     if i < T else lim(i=T, T=T, trW2=1.0, temperature=1.0),
+    mirror = T - i if i < T else T
+    assert lim(i=i, T=T, trW2=1.0, temperature=1.0) == pytest.approx(lim(i=mirror, T=T, trW2=1.0, temperature=1.0),
                                                                      rel=1e-12)
 
 

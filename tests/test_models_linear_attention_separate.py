@@ -6,10 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verify.flows.separate import effective_matrix as flow_effective_matrix
-from verify.flows.separate import init_separate
-from verify.models.linear_attention import sample_tokens
-from verify.models.linear_attention_separate import SeparateLinearAttention
+from verify.flows.separate import effective_matrix as flow_effective_matrix  # noqa: E402 (after the torch skip)
+from verify.flows.separate import init_separate  # noqa: E402 (after the torch skip)
+from verify.models.linear_attention import sample_tokens  # noqa: E402 (after the torch skip)
+from verify.models.linear_attention_separate import SeparateLinearAttention  # noqa: E402 (after the torch skip)
 
 LAM3 = np.array([[1.0, 0.3, 0.0], [0.3, 0.8, -0.2], [0.0, -0.2, 0.5]])
 

@@ -179,7 +179,7 @@ def test_stationarity_and_convexity():
     assert sl.stationarity_residual() == 0
     assert sl.stationarity_residual("inverse") == 0
     lam, c = sl.hessian_factors()
-    n, t1 = sp.Symbol("n", integer=True, positive=True), sp.Symbol("t_1", positive=True)
+    t1 = sp.Symbol("t_1", positive=True)
     assert c.subs({lam: sp.Rational(1, 3), t1: 2}).is_positive  # E[S^2] > 0 along every direction
     assert relu.stationarity_residual() == 0
 

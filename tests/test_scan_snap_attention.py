@@ -51,8 +51,10 @@ def test_literal_reading_is_the_averaged_one_at_K_eta_Z(M, K, eta_Y, eta_Z, C0, 
     """Gamma is linear in eta_Z: the literal sum equals the average with eta_Z -> K eta_Z (B divided by K)."""
     kw = dict(t=t, M=M, K=K, eta_Y=eta_Y, eta_Z=eta_Z, C0=C0)
     kwK = {**kw, "eta_Z": K * eta_Z}
-    assert rec("attention.growth_literal")(**kw) == pytest.approx(rec("attention.growth")(**kwK) / K, rel=1e-13, abs=1e-300)
-    assert rec("attention.common_logit_literal")(**kw) == pytest.approx(rec("attention.common_logit")(**kwK), rel=1e-13, abs=1e-300)
+    assert rec("attention.growth_literal")(**kw) == pytest.approx(rec("attention.growth")(**kwK) / K,
+                                                                  rel=1e-13, abs=1e-300)
+    assert rec("attention.common_logit_literal")(**kw) == pytest.approx(rec("attention.common_logit")(**kwK),
+                                                                        rel=1e-13, abs=1e-300)
     assert rec("attention.growth_literal")(**kw) <= rec("attention.growth")(**kw) * (1 + 1e-13)
 
 

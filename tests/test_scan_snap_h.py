@@ -51,7 +51,7 @@ def test_h_monotone_and_finite_up_to_1e9(M, eta, t):
 @settings(max_examples=15)
 @given(M=M_ST, eta=ETA_ST, t=LOG_T_ST)
 def test_numpy_mpmath_torch(M, eta, t):
-    import torch
+    pytest.importorskip("torch")
 
     with mpmath.workdps(50):
         ref = float(H("mpmath", t=t, M=M, eta_Y=eta))
@@ -76,7 +76,7 @@ def test_discrete_above_continuous_within_lemma7(M, eta, s):
 @settings(max_examples=10)
 @given(M=M_ST, eta=ETA_ST, s=st.integers(0, 200))
 def test_discrete_backends(M, eta, s):
-    import torch
+    pytest.importorskip("torch")
 
     with mpmath.workdps(50):
         ref = float(HS("mpmath", s=s, M=M, eta_Y=eta))

@@ -103,7 +103,8 @@ def test_ntp_saddles_use_the_inverse_length_mean():
     lam = np.array(FIG1)
     for m in range(5):
         hand = 1 - sum(l / (1 + nu * (1 + 1 / l)) for l in lam[:m])  # eq. 26, tr Lambda = 1
-        assert theory.get("linear_attention.ntp.saddle_loss")(Lambda=FIG1, N_max=31, m=m) == pytest.approx(hand, rel=1e-12)
+        value = theory.get("linear_attention.ntp.saddle_loss")(Lambda=FIG1, N_max=31, m=m)
+        assert value == pytest.approx(hand, rel=1e-12)
 
 
 def test_conservation_laws_eq82_eq88():

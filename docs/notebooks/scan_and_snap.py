@@ -106,9 +106,11 @@ claim("Lemma 7(b): the gap tends to 0, (h* - h) M s/ln s rising toward 1/2", np.
 fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
 ax[0].plot(s[:60], hs[:60], drawstyle="steps-post", label="h*(s) (eq. 33)")
 ax[0].plot(s[:60], hc[:60], label="h(t) (eq. 45)")
-ax[0].set_xlabel("s"); ax[0].legend()
+ax[0].set_xlabel("s")
+ax[0].legend()
 ax[1].loglog(s[1:], gap[1:] / bound)
-ax[1].set_xlabel("s"); ax[1].set_ylabel("(h* - h)/(2 eta_Y/M)")
+ax[1].set_xlabel("s")
+ax[1].set_ylabel("(h* - h)/(2 eta_Y/M)")
 plt.show()
 
 # %% [markdown]
@@ -202,7 +204,8 @@ gl = record("scan_snap.speed.gamma_log")
 show("gamma (t -> oo)", gl.expr)
 show("Theorem 1(b) as printed", gl.printed_expr)
 print("erratum:", gl.erratum)
-lemma9 = lambda t: K * math.log(M * eta * t / K) / (eta * t)
+def lemma9(t):
+    return K * math.log(M * eta * t / K) / (eta * t)
 r_t0 = gam(t=t0, **kw) / gl(t=t0, printed=True, **kw)
 r_inf = [gam(t=c * t0, **kw) / gl(t=c * t0, **kw) for c in (1, 10, 1e3, 1e6)]
 print(f"gamma / printed Theorem 1(b) at t_0: {r_t0:.2f};  gamma / derived leading term at 1, 10, 1e3, 1e6 t_0:",
@@ -217,7 +220,8 @@ ax.loglog(tt / tp, record("scan_snap.speed.gamma_linear")(t=tt, **kw), "--", lab
 ax.loglog(tt[tt > tp] / tp, gl(t=tt[tt > tp], **kw), "--", label="stage 2 (Lemma 9)")
 ax.loglog(tt[tt > tp] / tp, gl(t=tt[tt > tp], printed=True, **kw), ":", label="Theorem 1(b) printed")
 ax.axvline(t0 / tp, color="k", lw=0.5)
-ax.set_xlabel("t / t_0'"); ax.legend()
+ax.set_xlabel("t / t_0'")
+ax.legend()
 plt.show()
 
 # %% [markdown]
@@ -305,7 +309,9 @@ ax.semilogx(tg[1:], B_cor[1:], label="1/4 ln(1 + 4 Gamma/C0)")
 ax.semilogx(tg[1:], B_pr[1:], "--", label="printed 1/4 ln(C0 + 4 Gamma)")
 ax.semilogx(tg[1:], B_lit[1:], "s", ms=3, label="eq. 10 ODE (literal sum)")
 ax.semilogx(tg[1:], B_litf[1:], ":", label="1/(4K) ln(1 + 4K Gamma/C0)")
-ax.set_xlabel("t (batch-1 steps)"); ax.set_ylabel("B_n(t)"); ax.legend(fontsize=7)
+ax.set_xlabel("t (batch-1 steps)")
+ax.set_ylabel("B_n(t)")
+ax.legend(fontsize=7)
 plt.show()
 
 # %% [markdown]
@@ -342,8 +348,11 @@ claim("snap: |H(100) - H(50)| < 0.01", abs(H[100] - H[50]) < 0.01)
 
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
 axes[0].imshow(run["c"][:, 0, :30].T, aspect="auto", origin="lower", cmap="viridis")
-axes[0].set_xlabel("iteration"); axes[0].set_ylabel("token (0-9 common, 10-19 distinct)")
-axes[1].plot(run["steps"], H); axes[1].set_xlabel("iteration"); axes[1].set_ylabel("DT entropy (nats)")
+axes[0].set_xlabel("iteration")
+axes[0].set_ylabel("token (0-9 common, 10-19 distinct)")
+axes[1].plot(run["steps"], H)
+axes[1].set_xlabel("iteration")
+axes[1].set_ylabel("DT entropy (nats)")
 fig.tight_layout()
 plt.show()
 
