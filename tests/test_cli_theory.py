@@ -219,3 +219,19 @@ def test_dps_at_the_bound_is_accepted(capsys):
                      '{"lam": 1, "trLambda": 1, "N": 3}', "--backend", "mpmath", "--dps", "1000"]) == 0
     value = json.loads(capsys.readouterr().out)["value"]
     assert value.startswith("1.666666") and len(value) == 1001
+
+
+@pytest.mark.parametrize("cf_id", __import__("theory").ids())
+def test_show_names_the_defining_module_and_a_runnable_example(cf_id, capsys):
+    """``show`` says where the record is defined (``theory/<topic>/<part>.py``) and gives an
+    ``eval`` command whose output, run as printed, is the value it shows."""
+    topic, part, _ = cf_id.split(".")
+    assert cli.main(["show", cf_id, "--no-compare"]) == 0
+    out = capsys.readouterr().out
+    assert f"defined in: theory.{topic}.{part} (theory/{topic}/{part}.py:" in out
+    example = out[out.index("\nExample\n"):].splitlines()
+    command = next(line.strip() for line in example if line.strip().startswith("python -m theory eval"))
+    shown = json.loads(next(line.strip() for line in example if line.strip().startswith('{"id"')))
+    params = command.split("--json ", 1)[1].strip("'")
+    assert cli.main(["eval", cf_id, "--json", params]) == 0
+    assert json.loads(capsys.readouterr().out) == shown

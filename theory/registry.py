@@ -5,9 +5,11 @@ exactness status, typed parameters, the sympy expression *derived* by the toolki
 paper's printed form where the two differ, and numeric functions emitted from the
 expression for numpy, mpmath and torch (created once, on first use, and cached).
 
-Topic modules (``theory/linear_attention/...``) create records with :func:`register`;
-:func:`get` and :func:`ids` import the topic modules on first use, so ``import theory``
-does not import sympy.
+Topic packages (one per paper: ``theory/<topic>/``, or an installed plug-in's package named in
+the entry-point group ``attention_dynamics_theory.topics``; see :mod:`theory.papers`) create
+records with :func:`register`. :func:`get` and :func:`ids` discover the topics and import every
+module of every topic package on first use, so ``import theory`` does not import sympy, and
+adding a module or a topic needs no list to be edited.
 """
 
 from __future__ import annotations
@@ -19,26 +21,27 @@ from typing import Any, Callable
 
 from .params import Param
 
-__all__ = ["ClosedForm", "register", "get", "ids", "records", "STATUSES"]
+__all__ = ["ClosedForm", "register", "get", "ids", "records", "import_package", "STATUSES"]
 
 STATUSES = ("exact", "asymptotic", "approximate", "heuristic")
 
-#: Topic modules whose import registers closed forms.
-TOPICS = (
-    "theory.linear_attention.data",
-    "theory.linear_attention.merged",
-    "theory.linear_attention.ntp",
-    "theory.linear_attention.separate",
-    "theory.preconditioned_gd.single_layer",
-    "theory.preconditioned_gd.multi_layer",
-    "theory.preconditioned_gd.relu",
-    "theory.localization.moments",
-    "theory.localization.probability",
-    "theory.localization.gradient",
-    "theory.localization.lemma3",
-    "theory.scan_snap.h",
-    "theory.scan_snap.attention",
-)
+
+def import_package(package: str) -> list[str]:
+    """Import ``package`` and every module in it, recursively (name order at each level); return
+    the modules' names. Importing a topic's modules registers its records."""
+    import pkgutil
+
+    pkg = importlib.import_module(package)
+    names = [package]
+    for info in sorted(pkgutil.iter_modules(getattr(pkg, "__path__", [])), key=lambda m: m.name):
+        name = f"{package}.{info.name}"
+        if info.ispkg:
+            names += import_package(name)
+        else:
+            importlib.import_module(name)
+            names.append(name)
+    return names
+
 
 _REGISTRY: dict[str, "ClosedForm"] = {}
 _LOADED = False
@@ -316,19 +319,51 @@ def _shape_output(out, output, backend):
 
 # -- registry -----------------------------------------------------------------------
 def register(cf: ClosedForm) -> ClosedForm:
-    """Add ``cf`` to the registry (ids are unique)."""
+    """Add ``cf`` to the registry (ids are unique) and return it.
+
+    Called at import time by the modules of a topic package (built in or a plug-in's); the id's
+    first part must be the topic's name."""
     if cf.id in _REGISTRY:
         raise ValueError(f"id: {cf.id!r} is registered twice")
     _REGISTRY[cf.id] = cf
     return cf
 
 
+_LOAD_ERROR: Exception | None = None
+
+
 def _load() -> None:
-    global _LOADED
-    if not _LOADED:
-        for mod in TOPICS:
-            importlib.import_module(mod)
-        _LOADED = True
+    """Import every topic once (:func:`theory.papers.topics`: the packages under :mod:`theory` that
+    declare a ``PAPER``, then the installed plug-ins of the entry-point group
+    ``attention_dynamics_theory.topics``), each with every module in it.
+
+    A plug-in that fails to import, or registers an id outside its topic, raises
+    :class:`theory.papers.PluginError` naming its entry point (again on every later call)."""
+    global _LOADED, _LOAD_ERROR
+    if _LOAD_ERROR is not None:
+        raise _LOAD_ERROR
+    if _LOADED:
+        return
+    _LOADED = True
+    from .papers import PluginError, topics
+
+    try:
+        for topic in topics().values():
+            before = set(_REGISTRY)
+            if topic.entry_point is None:
+                import_package(topic.package)
+            else:
+                try:
+                    import_package(topic.package)
+                except Exception as exc:
+                    raise PluginError(f"{topic.describe()} failed to load: {type(exc).__name__}: {exc}") from exc
+            stray = sorted(i for i in set(_REGISTRY) - before if i.split(".", 1)[0] != topic.name)
+            if stray:
+                raise PluginError(f"{topic.describe()} registered ids outside its topic "
+                                  f"{topic.name!r}: {', '.join(stray)}")
+    except Exception as exc:
+        _LOAD_ERROR = exc
+        raise
 
 
 def get(id: str) -> ClosedForm:

@@ -54,7 +54,7 @@ disc = record("scan_snap.h.discrete")
 show("eq. 33", disc.expr)
 F = hmod.implicit_solution()
 show("eq. 45 (= 0)", F)
-M_, eta_, t_, h_ = hmod._syms()
+M_, eta_, t_, h_ = hmod.syms()
 claim("eq. 45 as printed: exp(M h) + (M-1) M h = M eta_Y t + 1",
       sp.simplify(F - (sp.exp(M_ * h_) + (M_ - 1) * M_ * h_ - M_ * eta_ * t_ - 1)) == 0)
 cont = record("scan_snap.h.continuous")
@@ -166,7 +166,7 @@ gam, Gam = record("scan_snap.speed.gamma"), record("scan_snap.speed.gamma_integr
 from theory.symbols import sym  # noqa: E402
 
 H, K_, etaZ_ = sp.Symbol("H", positive=True), sym("K"), sym("eta_Z")
-integrand = hmod._gamma_of_h() * K_ * inv.expr.diff(h_)          # gamma dt with t = K t(h)
+integrand = hmod.gamma_of_h() * K_ * inv.expr.diff(h_)          # gamma dt with t = K t(h)
 show("eta_Z int_0^{h(t/K) = H} gamma(h) K t'(h) dh", sp.factor(etaZ_ * sp.integrate(sp.simplify(integrand), (h_, 0, H))))
 M, K, eta, etaZ = 1000, 10, 1.0, 0.5
 tp = record("scan_snap.speed.scan_time")(M=M, K=K, eta_Y=eta)

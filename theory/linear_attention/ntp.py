@@ -15,6 +15,8 @@ Contains
 ``linear_attention.ntp.inv_length_mean``   E(1/N) = H_{N_max}/N_max
 ``linear_attention.ntp.converged_matrix``  eq. 25
 ``linear_attention.ntp.global_min_loss``   eq. 26 with m = D
+``linear_attention.ntp.saddle_loss``       eq. 26: the loss at the m-th saddle of separate
+                                         attention (:mod:`.separate`) with 1/N -> E(1/N)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from functools import cache
 
 from ..params import covariance, index
 from ..registry import ClosedForm, register
-from . import merged
+from . import merged, separate
 from .data import PAPER, variables
 
 LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
@@ -119,6 +121,26 @@ def _stable(expr_fn):
     return build
 
 
+@cache
+def derive_saddle_loss():
+    """Eq. 26: the loss at the saddle M_m = P_{1..m} M* of separate attention (eq. 19) with
+    1/N -> E(1/N) (the loss is affine in 1/N)."""
+    import sympy as sp
+
+    F0, F1 = separate.loss_parts(inverse_length=True)
+    return sp.Trace(F0) + sp.Trace(_sym("P") * F1)
+
+
+def printed_saddle_loss():
+    """Eq. 26: tr Lambda - sum_{d<=m} lambda_d [1 + E(1/N)(1 + tr Lambda/lambda_d)]^{-1}."""
+    import sympy as sp
+
+    v = variables()
+    nu = sp.harmonic(_sym("N_max")) / _sym("N_max")
+    I = sp.Identity(v.D)
+    return sp.Trace(v.Lam) - sp.Trace(_sym("P") * v.Lam * sp.Inverse(I + nu * (I + sp.Trace(v.Lam) * sp.Inverse(v.Lam))))
+
+
 register(ClosedForm(
     id="linear_attention.ntp.inv_length_mean",
     title="E(1/N) for context lengths uniform on 1..N_max",
@@ -152,4 +174,18 @@ register(ClosedForm(
     printed=printed_global_min_loss,
     stable=_stable(derive_global_min_loss),
     doc="The length distribution enters only through E(1/N). The first plateau is tr Lambda.",
+))
+
+register(ClosedForm(
+    id="linear_attention.ntp.saddle_loss",
+    title="Next-token loss at the m-th saddle (lengths uniform on 1..N_max)",
+    source=f"{PAPER}, eq. 26",
+    status="exact",
+    params=(LAMBDA, N_MAX, separate.M_SADDLE),
+    derive=derive_saddle_loss,
+    printed=printed_saddle_loss,
+    stable=lambda: separate.stable_subset_loss(inverse_length=True),
+    domain=separate.m_at_most_D,
+    derived=separate.saddle_projector,
+    derived_names=("P",),
 ))

@@ -19,7 +19,7 @@ Derived here:
   a_d eliminated for tr(Lambda);
 * the escape-time estimate (eqs. 71, 76): dsolve of tau dv/dt = lambda^2 v^2 (the small-v
   part of eq. 21) from v(0) = w_init blows up at t = tau/(lambda^2 w_init);
-* the next-token saddles (eq. 26) by 1/N -> E(1/N) (the loss is affine in 1/N).
+* the loss at a saddle as a function of 1/N, which :mod:`.ntp` averages (eq. 26).
 
 Eigen-directions are numbered by descending eigenvalue; the projectors are computed from
 an eigendecomposition of Lambda (float64) and passed to the emitted functions.
@@ -29,8 +29,8 @@ Contains
 ``linear_attention.separate.fixed_point_matrix``, ``.fixed_point_gradient``, ``.subset_loss``, ``.saddle_loss``,
 ``.drop_size``, ``.scalar_ode_rhs``, ``.scalar_ode_time``, ``.ansatz_value_weight``,
 ``.pcr_limit_matrix``, ``.escape_time``, ``.rank_fixed_point_matrix`` (rank R, eqs. 84-87),
-``.conspicuous_plateau_loss`` (rank R, §5, heuristic);
-``linear_attention.ntp.saddle_loss``.
+``.conspicuous_plateau_loss`` (rank R, §5, heuristic). The next-token saddles (eq. 26) are
+``linear_attention.ntp.saddle_loss`` (:mod:`theory.linear_attention.ntp`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import numpy as np
 
 from ..params import Param, covariance, index, positive, subset
 from ..registry import ClosedForm, register
-from . import merged, ntp
+from . import merged
 from .data import PAPER, variables
 
 LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
@@ -93,7 +93,7 @@ def _subset_projector(values, dims, backend="numpy"):
     return {"P": projector(values["Lambda"], values["S"], backend)}
 
 
-def _saddle_projector(values, dims, backend="numpy"):
+def saddle_projector(values, dims, backend="numpy"):
     return {"P": projector(values["Lambda"], range(1, values["m"] + 1), backend)}
 
 
@@ -103,7 +103,7 @@ def _drop_projectors(values, dims, backend="numpy"):
             "E_m": projector(values["Lambda"], [m], backend)}
 
 
-def _m_at_most_D(values, dims):
+def m_at_most_D(values, dims):
     if values["m"] > dims["D"]:
         raise ValueError(f"m: must be <= D = {dims['D']}, got {values['m']}")
 
@@ -163,7 +163,7 @@ def fixed_point_gradient_image():
 
 
 @cache
-def _loss_parts(projector_name="P", inverse_length=False):
+def loss_parts(projector_name="P", inverse_length=False):
     """L(M_S) = tr(F0(Lambda)) + tr(P F1(Lambda)) from the per-direction summand with P^2 = P."""
     import sympy as sp
 
@@ -178,7 +178,9 @@ def _loss_parts(projector_name="P", inverse_length=False):
     s = s.replace(lambda x: x.is_Pow and x.base == p, lambda x: p)
     s0, s1 = sp.factor(s.coeff(p, 0)), sp.factor(s.coeff(p, 1))
     if inverse_length:
-        nu = ntp.derive_inv_length_mean()
+        from .ntp import derive_inv_length_mean
+
+        nu = derive_inv_length_mean()
         s0, s1 = (sp.factor(x.xreplace({v.N: 1 / nu})) for x in (s0, s1))
     return from_spectral(s0, v.Lam, lam), from_spectral(s1, v.Lam, lam)
 
@@ -188,7 +190,7 @@ def derive_subset_loss():
     """Eq. 63 derived: L(P_S M*)."""
     import sympy as sp
 
-    F0, F1 = _loss_parts()
+    F0, F1 = loss_parts()
     return sp.Trace(F0) + sp.Trace(_sym("P") * F1)
 
 
@@ -202,7 +204,9 @@ def stable_subset_loss(inverse_length=False):
     v = variables()
     s = merged.global_min_summand().xreplace({_sym("trLambda"): trace_symbol(1)})
     if inverse_length:
-        s = sp.factor(s.xreplace({v.N: 1 / ntp.derive_inv_length_mean()}))
+        from .ntp import derive_inv_length_mean
+
+        s = sp.factor(s.xreplace({v.N: 1 / derive_inv_length_mean()}))
     P = _sym("P")
     return sp.Trace((sp.Identity(v.D) - P) * v.Lam) + sp.Trace(P * from_spectral(s, v.Lam, _sym("lam")))
 
@@ -231,7 +235,7 @@ def derive_drop_size():
     """L(M_{m-1}) - L(M_m) with P_m = P_{m-1} + E_m: tr(E_m F1) with the sign of the drop."""
     import sympy as sp
 
-    _, F1 = _loss_parts()
+    _, F1 = loss_parts()
     return -sp.Trace(_sym("E_m") * F1)
 
 
@@ -342,25 +346,6 @@ def printed_escape_time():
     import sympy as sp
 
     return _sym("tau") / (sp.Trace(_sym("E_m") * variables().Lam) ** 2 * _sym("w_init"))
-
-
-@cache
-def derive_ntp_saddle_loss():
-    """Eq. 26: the saddle losses with 1/N -> E(1/N)."""
-    import sympy as sp
-
-    F0, F1 = _loss_parts(inverse_length=True)
-    return sp.Trace(F0) + sp.Trace(_sym("P") * F1)
-
-
-def printed_ntp_saddle_loss():
-    """Eq. 26: tr Lambda - sum_{d<=m} lambda_d [1 + E(1/N)(1 + tr Lambda/lambda_d)]^{-1}."""
-    import sympy as sp
-
-    v = variables()
-    nu = sp.harmonic(_sym("N_max")) / _sym("N_max")
-    I = sp.Identity(v.D)
-    return sp.Trace(v.Lam) - sp.Trace(_sym("P") * v.Lam * sp.Inverse(I + nu * (I + sp.Trace(v.Lam) * sp.Inverse(v.Lam))))
 
 
 @cache
@@ -491,8 +476,8 @@ register(ClosedForm(
     derive=derive_subset_loss,
     printed=printed_subset_loss,
     stable=stable_subset_loss,
-    domain=_m_at_most_D,
-    derived=_saddle_projector,
+    domain=m_at_most_D,
+    derived=saddle_projector,
     derived_names=("P",),
     doc="N -> infinity: the variance of the directions not yet learned, sum_{d>m} lambda_d.",
 ))
@@ -505,7 +490,7 @@ register(ClosedForm(
     params=(LAMBDA, N_CTX, M_DROP),
     derive=derive_drop_size,
     printed=printed_drop_size,
-    domain=_m_at_most_D,
+    domain=m_at_most_D,
     derived=_drop_projectors,
     derived_names=("P_prev", "E_m"),
     erratum="The paper rounds the m-th drop to lambda_m, its N -> infinity limit; at finite N "
@@ -576,8 +561,8 @@ register(ClosedForm(
     params=(LAMBDA, M_SADDLE),
     derive=derive_pcr_limit_matrix,
     printed=printed_pcr_limit_matrix,
-    domain=_m_at_most_D,
-    derived=_saddle_projector,
+    domain=m_at_most_D,
+    derived=saddle_projector,
     derived_names=("P",),
     output="matrix",
     doc="With beta -> Lambda w the predictor beta^T P_m Lambda^{-1} x_q -> w^T P_m x_q.",
@@ -591,27 +576,12 @@ register(ClosedForm(
     params=(LAMBDA, N_CTX, M_DROP, TAU, W_INIT),
     derive=derive_escape_time,
     printed=printed_escape_time,
-    domain=_m_at_most_D,
+    domain=m_at_most_D,
     derived=lambda values, dims, backend="numpy": {"E_m": projector(values["Lambda"], [values["m"]], backend)},
     derived_names=("E_m",),
     doc="tau/(lambda_m^2 w_init), from the v^2 term of eq. 21 alone; under the ansatz every head "
         "grows from t = 0, so eq. 76 reduces to this. The leading order does not depend on N.",
 ))
-
-register(ClosedForm(
-    id="linear_attention.ntp.saddle_loss",
-    title="Next-token loss at the m-th saddle (lengths uniform on 1..N_max)",
-    source=f"{PAPER}, eq. 26",
-    status="exact",
-    params=(LAMBDA, index("N_max", "Largest context length; lengths uniform on 1..N_max."), M_SADDLE),
-    derive=derive_ntp_saddle_loss,
-    printed=printed_ntp_saddle_loss,
-    stable=lambda: stable_subset_loss(inverse_length=True),
-    domain=_m_at_most_D,
-    derived=_saddle_projector,
-    derived_names=("P",),
-))
-
 
 # -- rank R (§5, App. F.3-F.4) ----------------------------------------------------------
 RANK = index("R", "Rank of each head's key and query (R <= D), eq. S.")

@@ -14,8 +14,8 @@ What is derived here (not retyped):
 * the exact loss on ``S = {A_l = a_l Sigma^{-1}}``: whitening ``x = W u``, ``w* = W^{-T} v``
   (``Sigma = W W^T``) gives ``TF_L - y_q = -u_q^T prod_l (I - a_l S_u) v``, so with
   ``E[v v^T] = E[u_q u_q^T] = I``, ``f(a) = E tr prod_l (I - a_l S_u)^2`` (the factors commute),
-  ``= sum_{j,k} c_j c_k m_{j+k}`` with ``prod_l (1 - a_l s) = sum_k c_k s^k`` (spec §2.5,
-  consequence 2). Sigma drops out;
+  ``= sum_{j,k} c_j c_k m_{j+k}`` with ``prod_l (1 - a_l s) = sum_k c_k s^k`` (whitening,
+  App. B.2). Sigma drops out;
 * the optimal steps: ``f`` is ``int p^2 dmu`` over polynomials ``p(0) = 1`` of degree ``L``
   (``mu`` the expected spectral measure of ``S_u``), minimised by the kernel polynomial
   ``c_{1..L} = -H^{-1} g``, ``H_{jk} = m_{j+k}``, ``g_k = m_k``; ``a_l = 1 / root_l(p)`` and
@@ -27,9 +27,9 @@ What is derived here (not retyped):
 
 Contains
 --------
-``preconditioned_gd.wishart.trace_moments``, ``preconditioned_gd.multi_layer.loss``,
-``.optimal_steps``, ``.optimal_loss``, ``.gradient_scales``, ``preconditioned_gd.gdpp.loss``,
-``preconditioned_gd.two_layer.step_sum``, ``.step_product``, ``.optimal_loss``.
+``preconditioned_gd.multi_layer.loss``, ``.optimal_steps``, ``.optimal_loss``,
+``.gradient_scales``. The moments are :mod:`.wishart`, Theorem 2's two-layer optimum
+:mod:`.two_layer`, Theorem 4's GD++ loss :mod:`.gdpp`.
 
 References
 ----------
@@ -44,19 +44,16 @@ from functools import cache
 
 from ..params import index, steps
 from ..registry import ClosedForm, register
-from .wishart import normalized_moment, trace_moment
+from .wishart import D_DIM, N_CTX, PAPER, moments, trace_moment
 
 __all__ = ["MAX_LAYERS", "moments", "kernel_coefficients", "spectral_loss", "derive_loss",
            "optimal_kernel", "derive_optimal_loss_of", "optimal_steps_of", "stable_optimal_steps_of",
            "derive_optimal_steps", "stable_optimal_steps",
            "derive_optimal_loss", "derive_gradient_scales"]
 
-PAPER = "Ahn, Cheng, Daneshmand, Sra 2023"
 #: Largest number of layers with closed forms here (the loss needs m_1..m_{2L}).
 MAX_LAYERS = 3
 
-N_CTX = index("n", "Context length (examples before the query).")
-D_DIM = index("d", "Covariate dimension.")
 LAYERS = index("L", "Number of layers.", low=1, high=MAX_LAYERS)
 STEPS = steps("a", "Step sizes a_0, ..., a_{L-1} of the layers (A_l = a_l Sigma^{-1}, eq.-8 convention "
                    "including the 1/n); one entry per layer.", high=MAX_LAYERS)
@@ -74,13 +71,6 @@ def _padded_steps(values, dims, backend="numpy"):
 
 
 # -- moments and the loss ---------------------------------------------------------------
-@cache
-def moments(K: int = 2 * MAX_LAYERS) -> tuple:
-    """``(m_0, ..., m_K)`` with ``m_0 = d`` and ``m_k = E tr S_u^k``."""
-    n, d = _sym("n"), _sym("d")
-    return tuple(normalized_moment(k, n, d) for k in range(K + 1))
-
-
 def kernel_coefficients(a) -> list:
     """Coefficients ``c_0..c_L`` of ``prod_l (1 - a_l s)`` (``c_0 = 1``)."""
     import sympy as sp
@@ -344,85 +334,7 @@ def derive_optimal_loss():
     return _by_layers([derive_optimal_loss_of(L) for L in range(1, MAX_LAYERS + 1)])
 
 
-def derive_trace_moments():
-    import sympy as sp
-
-    return sp.ImmutableMatrix(moments(2 * MAX_LAYERS)[1:])
-
-
-# -- Theorem 4 (GD++): the two-layer loss on {A_l = a_l Sigma^{-1}, B_l = b_l I} ---------------
-def gdpp_residual(a, b, s):
-    """``r(s)`` of GD++ (eq. 11: ``Q_l = +[[A_l, 0], [0, 0]]``, ``P_l = [[B_l, 0], [0, 1]]``) on
-    ``A_l = a_l Sigma^{-1}``, ``B_l = b_l I``: ``p_0 = 1``, ``p_{l+1} = p_l (1 + a_l b_l s p_l^2)``,
-    ``r(s) = prod_l (1 + a_l s p_l(s)^2)`` (``s`` an eigenvalue of ``S_u``).
-
-    Whitening ``X_l = W U_l`` turns layer l into ``U_{l+1} = (I + a_l b_l S_l) U_l`` with
-    ``S_l = (1/n) U_l M U_l^T = S_u p_l(S_u)^2``, and the label row into
-    ``(I + a_l S_l)`` acting on the residual; all factors are functions of ``S_u``.
-    """
-    r, p = 1, 1
-    for l, al in enumerate(a):
-        r = r * (1 + al * s * p**2)
-        if l < len(a) - 1:
-            p = p * (1 + al * b[l] * s * p**2)
-    return r
-
-
-def derive_gdpp_loss():
-    """``E sum_k r(s_k)^2`` for two GD++ layers: ``r^2`` has degree 8 in ``s``, so the loss is
-    ``sum_j e_j m_j`` over the Wishart moments ``m_0..m_8``. ``B_1`` never reaches the output."""
-    import sympy as sp
-
-    n, d = _sym("n"), _sym("d")
-    a, b = [_sym("a_0"), _sym("a_1")], [_sym("b_0")]
-    s = sp.Dummy("s")
-    poly = sp.Poly(sp.expand(gdpp_residual(a, b, s) ** 2), s)
-    return sp.Add(*[poly.coeff_monomial(s**k) * normalized_moment(k, n, d) for k in range(poly.degree() + 1)])
-
-
-def _gdpp_values(values, dims, backend="numpy"):
-    a, b = values["a"], values["b"]
-    if len(b) != len(a):
-        raise ValueError(f"b: expected one scale per layer ({len(a)}), got {len(b)}")
-    a = tuple(a) + (0.0,) * (2 - len(a))
-    return {"a_0": a[0], "a_1": a[1], "b_0": b[0]}
-
-
-# -- Theorem 2: the printed rational forms of spec §2.4 -----------------------------------
-def _delta(n, d):
-    return (d**3 * n + d**3 + d**2 * n**2 + 5 * d**2 * n + 10 * d**2 + d * n**3 + 5 * d * n**2
-            + 17 * d * n + 17 * d + n**3 + 10 * n**2 + 17 * n + 4)
-
-
-def printed_step_sum():
-    n, d = _sym("n"), _sym("d")
-    return 2 * n * (d**2 * n + d**2 + d * n**2 + 4 * d * n + 7 * d + n**2 + 7 * n + 8) / _delta(n, d)
-
-
-def printed_step_product():
-    n, d = _sym("n"), _sym("d")
-    return n**2 * (d * n + d + n + 3) / _delta(n, d)
-
-
-def printed_two_layer_loss():
-    n, d = _sym("n"), _sym("d")
-    return d * (d**3 * n + d**3 + 4 * d**2 * n + 10 * d**2 + 7 * d * n + 17 * d + 4 * n + 4) / _delta(n, d)
-
-
 # -- records ------------------------------------------------------------------------------
-register(ClosedForm(
-    id="preconditioned_gd.wishart.trace_moments",
-    title="Wishart trace moments m_k = E tr S_u^k, k = 1..6",
-    source=f"{PAPER}, App. B.2 (moments entering the loss on S) [derived]",
-    status="exact",
-    params=(N_CTX, D_DIM),
-    derive=derive_trace_moments,
-    output="vector",
-    doc="S_u = (1/n) sum_{i<=n} u_i u_i^T with u_i ~ N(0, I_d), i.e. W/n with W ~ W_d(n, I). "
-        "Counted by Wick pairings of the 2k Gaussian entries of tr (G G^T)^k (genus expansion "
-        "over all matchings, twisted ones included); output [m_1, ..., m_6].",
-))
-
 register(ClosedForm(
     id="preconditioned_gd.multi_layer.loss",
     title="Loss of L <= 3 sparse layers on the set A_l = a_l Sigma^{-1}",
@@ -483,61 +395,4 @@ register(ClosedForm(
         "B.2's rotation argument makes it proportional to Sigma; pairing with the direction "
         "Sigma^{-1} of S gives df/da_l = tr(g_l Sigma Sigma^{-1}) = d g_l. Zero at the optimal steps "
         "(the critical points of Theorem 3).",
-))
-
-register(ClosedForm(
-    id="preconditioned_gd.gdpp.loss",
-    title="Loss of L <= 2 GD++ layers on the set A_l = a_l Sigma^{-1}, B_l = b_l I",
-    source=f"{PAPER}, Theorem 4, eq. 11 and App. B.3 [loss derived]",
-    status="exact",
-    params=(N_CTX, D_DIM,
-            steps("a", "Steps a_0, ..., a_{L-1} of A_l = a_l Sigma^{-1} in the eq.-11 convention (Q_l = "
-                       "+[[A_l, 0], [0, 0]]: descent needs a_l < 0).", high=2),
-            steps("b", "Scales b_l of B_l = b_l I, one per layer (b_{L-1} does not affect the output).",
-                  high=2)),
-    derive=derive_gdpp_loss,
-    domain=_gdpp_values,
-    derived=_gdpp_values,
-    derived_names=("a_0", "a_1", "b_0"),
-    doc="x ~ N(0, Sigma), w* ~ N(0, Sigma^{-1}). f = E sum_k r(s_k)^2 over the eigenvalues of S_u with "
-        "r(s) = (1 + a_0 s)(1 + a_1 s (1 + a_0 b_0 s)^2): a degree-8 polynomial in s, so f uses m_0..m_8 "
-        "and does not depend on Sigma. a_1 = 0 (zero padding) gives the one-layer loss. The GD++ step "
-        "X_{l+1} = (I + a_l b_l S) X_l with a_l b_l < 0 is the curvature correction of §5.",
-))
-
-_T2 = ("x, w* ~ N(0, I_d), two sparse layers with symmetric A_0, A_1 (Theorem 2 proves a diagonal "
-       "global minimiser; numerically it is scalar, A_l = a_l I). This is the L = 2 optimum on S at "
-       "Sigma = I: the steps are the roots of a^2 + c_1 a + c_2 (c = kernel polynomial coefficients).")
-
-register(ClosedForm(
-    id="preconditioned_gd.two_layer.step_sum",
-    title="a_0 + a_1 = -c_1 at the two-layer optimum (Sigma = I)",
-    source=f"{PAPER}, Theorem 2 [steps derived]",
-    status="exact",
-    params=(N_CTX, D_DIM),
-    derive=lambda: -optimal_kernel(2)[0],
-    printed=printed_step_sum,
-    doc=_T2 + " The paper gives no step sizes; printed: the spec's rational form (§2.4).",
-))
-
-register(ClosedForm(
-    id="preconditioned_gd.two_layer.step_product",
-    title="a_0 a_1 = c_2 at the two-layer optimum (Sigma = I)",
-    source=f"{PAPER}, Theorem 2 [steps derived]",
-    status="exact",
-    params=(N_CTX, D_DIM),
-    derive=lambda: optimal_kernel(2)[1],
-    printed=printed_step_product,
-    doc=_T2 + " Printed: the spec's rational form (§2.4).",
-))
-
-register(ClosedForm(
-    id="preconditioned_gd.two_layer.optimal_loss",
-    title="f*_2, the two-layer optimal loss (Sigma = I)",
-    source=f"{PAPER}, Theorem 2 [value derived]",
-    status="exact",
-    params=(N_CTX, D_DIM),
-    derive=lambda: derive_optimal_loss_of(2),
-    printed=printed_two_layer_loss,
-    doc=_T2 + " Printed: the spec's rational form (§2.4); n = 20, d = 5 gives 1795/4969.",
 ))

@@ -17,7 +17,8 @@ assignment in which each matched pair has equal row *and* equal column indices, 
 index variables glued by the pairs. Real Gaussian entries admit every matching
 ("twisted" ones included), so odd powers of the topological expansion appear.
 
-Checks: ``k = 1..6`` reproduce the table of the spec (§2.8), and at ``d = 1`` the chi-square
+Checks: ``k = 1..6`` against sampled Wishart matrices
+(``preconditioned_gd.wishart.mc_trace_moments``), and at ``d = 1`` the chi-square
 moments ``E (chi^2_n)^k = n (n + 2) ... (n + 2k - 2)`` (tests).
 
 Contains
@@ -25,6 +26,8 @@ Contains
 :func:`matching_counts`   ``{(r, c): number of matchings}`` for ``E tr W^k``
 :func:`trace_moment`      ``E tr W^k`` as a polynomial in ``n, d``
 :func:`normalized_moment` ``m_k = E tr S_u^k = E tr W^k / n^k``, written in powers of ``1/n``
+:func:`moments`           ``(m_0, ..., m_K)`` in the symbols ``n, d``
+``preconditioned_gd.wishart.trace_moments``   the record of ``m_1, ..., m_6``
 
 References
 ----------
@@ -41,7 +44,17 @@ from functools import cache
 
 import sympy as sp
 
-__all__ = ["matching_counts", "trace_moment", "normalized_moment"]
+from ..params import index
+from ..registry import ClosedForm, register
+
+__all__ = ["matching_counts", "trace_moment", "normalized_moment", "moments", "N_CTX", "D_DIM", "PAPER"]
+
+PAPER = "Ahn, Cheng, Daneshmand, Sra 2023"
+#: Moments m_1..m_K of the record (the loss of L <= 3 layers needs m_1..m_6).
+RECORD_MOMENTS = 6
+
+N_CTX = index("n", "Context length (examples before the query).")
+D_DIM = index("d", "Covariate dimension.")
 
 
 def _find(parent: list[int], i: int) -> int:
@@ -112,3 +125,30 @@ def normalized_moment(k: int, n: sp.Expr, d: sp.Expr) -> sp.Expr:
     if k == 0:
         return d
     return sp.Add(*[c * d**r * n**(s - k) for (r, s), c in sorted(matching_counts(k).items())])
+
+
+@cache
+def moments(K: int = RECORD_MOMENTS) -> tuple:
+    """``(m_0, ..., m_K)`` with ``m_0 = d`` and ``m_k = E tr S_u^k``."""
+    from ..symbols import sym
+
+    n, d = sym("n"), sym("d")
+    return tuple(normalized_moment(k, n, d) for k in range(K + 1))
+
+
+def derive_trace_moments():
+    return sp.ImmutableMatrix(moments(RECORD_MOMENTS)[1:])
+
+
+register(ClosedForm(
+    id="preconditioned_gd.wishart.trace_moments",
+    title="Wishart trace moments m_k = E tr S_u^k, k = 1..6",
+    source=f"{PAPER}, App. B.2 (moments entering the loss on S) [derived]",
+    status="exact",
+    params=(N_CTX, D_DIM),
+    derive=derive_trace_moments,
+    output="vector",
+    doc="S_u = (1/n) sum_{i<=n} u_i u_i^T with u_i ~ N(0, I_d), i.e. W/n with W ~ W_d(n, I). "
+        "Counted by Wick pairings of the 2k Gaussian entries of tr (G G^T)^k (genus expansion "
+        "over all matchings, twisted ones included); output [m_1, ..., m_6].",
+))

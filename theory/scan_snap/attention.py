@@ -1,11 +1,7 @@
-"""Decoder and self-attention dynamics of Scan and Snap (Tian, Wang, Chen, Du 2023, §4-6, App. D-F).
+"""Self-attention dynamics of Scan and Snap (Tian, Wang, Chen, Du 2023, §5-6, App. E-F).
 
-Derived here (sympy, not retyped):
+Derived here (sympy, not retyped); the decoder (Lemma 5) is :mod:`.decoder`:
 
-* Lemma 5 (eqs. 31-32): the decoder row ``w_n(s) = (M-1) h*(s) zeta_n`` has entry ``(M-1) h*`` on
-  the label and ``-h*`` elsewhere; its softmax ``alpha_n(s)`` (computed from ``w_n(s-1)``) and the
-  residual ``e_n - alpha_n(s) = (M-1)/((M-1) + e^{M h*(s-1)}) zeta_n`` follow from that entry
-  pattern. ``h*`` is the recursion of eq. 33 (record ``scan_snap.h.discrete``).
 * Theorem 2, eq. 99: with a single common token ``l`` (the only overlap of classes n, n') the
   per-pair term of eq. 97 is ``-(1 - f_nl^2) f_n^T f_n'``.
 * Theorem 3, eq. 11: separating ``dz_l / dz_l' = r + 1`` (eqs. 108-110) and solving for the other
@@ -20,7 +16,7 @@ Derived here (sympy, not retyped):
 * Eq. 14's two regimes: the corrected B_n with ``h(t/K) ~ eta_Y t/(M K)`` (the slope of eq. 44 at
   h = 0) and ``h(t/K) ~ ln(M eta_Y t/K)/M`` (the dominant balance ``e^{M h} ~ M eta_Y t/K`` of eq. 45).
 
-Errata (spec §5.2): eq. 124 drops the lower limit of the integral, so the paper's
+Errata: eq. 124 drops the lower limit of the integral, so the paper's
 ``B_n = 1/4 ln(C0 + 4 Gamma)`` (and eqs. 14, 129-132) carries an extra ``1/4 ln C0`` (B_n(0) != 0);
 eq. 10 sums over classes, which under Theorem 4's clock multiplies the common-token rate by K.
 
@@ -30,7 +26,6 @@ written in the auxiliary symbol ``h`` (passed as a derived value to the emitted 
 
 Contains
 --------
-``scan_snap.decoder.label_logit``, ``.alpha_correct``, ``.residual``;
 ``scan_snap.attention.growth``, ``.growth_printed``, ``.growth_literal``, ``.common_logit``,
 ``.common_logit_literal``, ``.growth_scanning``, ``.growth_snapping``, ``.relative_gain``,
 ``.common_pair_term``.
@@ -42,25 +37,22 @@ from functools import cache
 
 import numpy as np
 
-from ..params import Param, index, nonnegative, positive
+from ..params import index, nonnegative, positive
 from ..registry import ClosedForm, register
+from .decoder import ETA_Y, M_VOCAB, backend_ops
 
 PAPER = "Tian et al. 2023"
 
 T_STEPS = nonnegative("t", "Total number of batch-1 SGD steps (each of the K classes has had about t/K).")
-M_VOCAB = Param("M", "index", "Vocabulary size M (the size of the output softmax).", low=2, symbol="M_vocab")
 K_CLASSES = index("K", "Number of next tokens (sequence classes), sampled uniformly.")
-ETA_Y = positive("eta_Y", "Decoder learning rate eta_Y.")
 ETA_Z = positive("eta_Z", "Self-attention learning rate eta_Z.")
 C0 = positive("C0", "Constant C0 of Theorem 4 (rho_0^4 / K in the paper's heuristic, eq. 13).")
-S_STEP = index("s", "Decoder step s >= 1 (Lemma 5: every step has next token n).")
 R0 = positive("r0", "Initial relative gain r_{l/l'|n}(0) > 0 of a distinct token l over l' (Theorem 3).")
 DZ = nonnegative("dz", "Growth z_ml(t) - z_ml(0) of the distinct token's logit (>= 0 by Theorem 2).")
 F_NL = positive("f_nl", "Entry f_nl of the normalised attention f_n on the common token l (<= 1).")
 F_NPL = positive("f_npl", "Entry f_n'l of class n' on the same common token l (<= 1).")
 
 BN_PARAMS = (T_STEPS, M_VOCAB, K_CLASSES, ETA_Y, ETA_Z, C0)
-DEC_PARAMS = (S_STEP, M_VOCAB, ETA_Y)
 
 __all__ = ["derive_common_logit", "derive_growth", "derive_gamma_integral", "printed_growth",
            "separable_solution", "PAPER"]
@@ -70,70 +62,6 @@ def _sym(name):
     from ..symbols import sym
 
     return sym(name)
-
-
-# -- Lemma 5: the decoder row and its softmax -------------------------------------------------
-def _zeta_entries():
-    """Entries of zeta_n = M/(M-1) (e_n - 1/M): (label entry, any other entry)."""
-    import sympy as sp
-
-    M = _sym("M_vocab")
-    return sp.simplify(M / (M - 1) * (1 - 1 / M)), sp.simplify(M / (M - 1) * (-1 / M))
-
-
-@cache
-def derive_label_logit():
-    """Label entry of w_n = (M-1) h zeta_n (eq. 31): (M-1) h."""
-    import sympy as sp
-
-    M, h = _sym("M_vocab"), _sym("h")
-    return sp.simplify((M - 1) * h * _zeta_entries()[0])
-
-
-@cache
-def _softmax_of_row():
-    """(alpha on the label, alpha on one other token) for the row (M-1) h zeta_n."""
-    import sympy as sp
-
-    M, h = _sym("M_vocab"), _sym("h")
-    lab, oth = ((M - 1) * h * e for e in _zeta_entries())
-    den = sp.exp(lab) + (M - 1) * sp.exp(oth)  # the label plus M-1 identical other entries
-    return sp.simplify(sp.exp(lab) / den), sp.simplify(sp.exp(oth) / den)
-
-
-@cache
-def derive_alpha_correct():
-    """Label entry of softmax((M-1) h zeta_n)."""
-    return _softmax_of_row()[0]
-
-
-@cache
-def derive_residual():
-    """Coefficient c with e_n - alpha_n = c zeta_n: c = 1 - alpha_nn (label entry of zeta_n is 1);
-    the other entries agree, -alpha_nj = c (-1/(M-1)), which is asserted."""
-    import sympy as sp
-
-    a, o = _softmax_of_row()
-    c = sp.simplify(1 - a)
-    lab, oth = _zeta_entries()
-    assert sp.simplify(lab - 1) == 0 and sp.simplify(-o - c * oth) == 0
-    return c
-
-
-def printed_alpha_correct():
-    """Eq. 32, j = n: exp(M h*(s-1)) / ((M-1) + exp(M h*(s-1)))."""
-    import sympy as sp
-
-    M, h = _sym("M_vocab"), _sym("h")
-    return sp.exp(M * h) / ((M - 1) + sp.exp(M * h))
-
-
-def printed_residual():
-    """Lemma 5: e_n - alpha_n(s) = (M-1)/(M-1+exp(M h*(s-1))) zeta_n."""
-    import sympy as sp
-
-    M, h = _sym("M_vocab"), _sym("h")
-    return (M - 1) / ((M - 1) + sp.exp(M * h))
 
 
 # -- Theorem 4 ---------------------------------------------------------------------------------
@@ -303,52 +231,25 @@ def printed_common_pair_term():
 
 
 # -- numerics ----------------------------------------------------------------------------------
-def _backend_ops(backend):
-    if backend == "numpy":
-        return np.log1p, np.log, np.exp, (lambda x: x)
-    if backend == "mpmath":
-        import mpmath
-
-        return mpmath.log1p, mpmath.log, mpmath.exp, mpmath.mpf
-    if backend == "torch":
-        import torch
-
-        def conv(x):
-            return x.to(torch.float64) if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float64)
-
-        return torch.log1p, torch.log, torch.exp, conv
-    raise ValueError(f"backend: expected numpy, mpmath or torch, got {backend!r}")
-
-
 def _h_of_t(backend, values):
     """h(t/K) from scan_snap.h.continuous in ``backend``."""
     import theory
 
-    _, _, _, conv = _backend_ops(backend)
+    _, _, _, conv = backend_ops(backend)
     t = conv(values["t"])
     return theory.get("scan_snap.h.continuous")(backend, t=t / values["K"], M=values["M"],
                                                  eta_Y=values["eta_Y"])
 
 
-def _h_star(backend, s, values):
-    """h*(s) from scan_snap.h.discrete (h*(0) = 0)."""
-    import theory
-
-    _, _, _, conv = _backend_ops(backend)
-    if s == 0:
-        return conv(0.0)
-    return theory.get("scan_snap.h.discrete")(backend, s=s, M=values["M"], eta_Y=values["eta_Y"])
-
-
 def _gamma_integral(backend, values, h):
-    _, _, _, conv = _backend_ops(backend)
+    _, _, _, conv = backend_ops(backend)
     M, K = values["M"], values["K"]
     return conv(values["eta_Z"]) / conv(values["eta_Y"]) * K * (M - 1) ** 2 * h**2 / 2
 
 
 def _bn_eval(kind):
     def evaluate(backend, values, dims):
-        log1p, log, _, conv = _backend_ops(backend)
+        log1p, log, _, conv = backend_ops(backend)
         h = _h_of_t(backend, values)
         G = _gamma_integral(backend, values, h)
         C, K = conv(values["C0"]), values["K"]
@@ -369,27 +270,6 @@ def _bn_eval(kind):
 
 def _bn_derived(values, dims, backend="numpy"):
     return {"h": _h_of_t(backend, values)}
-
-
-def _decoder_derived(shift):
-    def derived(values, dims, backend="numpy"):
-        return {"h": _h_star(backend, values["s"] - shift, values)}
-
-    return derived
-
-
-def _decoder_eval(kind):
-    def evaluate(backend, values, dims):
-        _, _, exp, conv = _backend_ops(backend)
-        M = values["M"]
-        if kind == "label":
-            return (M - 1) * _h_star(backend, values["s"], values)
-        h = _h_star(backend, values["s"] - 1, values)
-        if kind == "alpha":
-            return 1 / (1 + (M - 1) * exp(-M * h))
-        return (M - 1) * exp(-M * h) / (1 + (M - 1) * exp(-M * h))  # residual, finite for large M h
-
-    return evaluate
 
 
 def _t_positive(values, dims):
@@ -553,50 +433,4 @@ register(ClosedForm(
         "f_nl - f_n'l] of eq. 97 equals -(1 - f_nl^2) f_nl f_n'l <= 0; summed with beta_nn' it gives "
         "dz_ml = -eta_Z sum_n (1 - f_nl^2) xi_n (eq. 100). A distinct token (f_n'l = 0) gives f_nl^2 "
         "f_n^T f_n' >= 0 instead (eq. 98).",
-))
-
-register(ClosedForm(
-    id="scan_snap.decoder.label_logit",
-    title="Lemma 5: label entry of the decoder row w_n(s) = (M-1) h*(s) zeta_n",
-    source=f"{PAPER}, Lemma 5, eqs. 31, 39",
-    status="exact",
-    params=DEC_PARAMS,
-    derive=derive_label_logit,
-    printed=lambda: (_sym("M_vocab") - 1) * _sym("h"),
-    derived=_decoder_derived(0),
-    derived_names=("h",),
-    evaluate=_decoder_eval("label"),
-    doc="w_n(s) = h*(s) (M e_n - 1): (M-1) h*(s) on the label, -h*(s) elsewhere (eq. 39), after s steps "
-        "of next token n from Y(0) = 0; h = h*(s) from eq. 33 (record scan_snap.h.discrete).",
-))
-
-register(ClosedForm(
-    id="scan_snap.decoder.alpha_correct",
-    title="Lemma 5, eq. 32: softmax probability of the correct token at step s",
-    source=f"{PAPER}, Lemma 5, eq. 32",
-    status="exact",
-    params=DEC_PARAMS,
-    derive=derive_alpha_correct,
-    printed=printed_alpha_correct,
-    derived=_decoder_derived(1),
-    derived_names=("h",),
-    evaluate=_decoder_eval("alpha"),
-    doc="alpha_nn(s) = softmax(w_n(s-1))_n = e^{M h} / ((M-1) + e^{M h}) with h = h*(s-1) (the softmax of "
-        "the entry pattern (M-1) h, -h, ..., -h); the other entries are 1/((M-1) + e^{M h}). Evaluated as "
-        "1/(1 + (M-1) e^{-M h}).",
-))
-
-register(ClosedForm(
-    id="scan_snap.decoder.residual",
-    title="Lemma 5: e_n - alpha_n(s) = (M-1)/((M-1) + e^{M h*(s-1)}) zeta_n (the coefficient)",
-    source=f"{PAPER}, Lemma 5 (after eq. 32), Corollary 1, eq. 71",
-    status="exact",
-    params=DEC_PARAMS,
-    derive=derive_residual,
-    printed=printed_residual,
-    derived=_decoder_derived(1),
-    derived_names=("h",),
-    evaluate=_decoder_eval("residual"),
-    doc="1 - alpha_nn(s) with h = h*(s-1); e_n - alpha_n is exactly parallel to zeta_n (checked in the "
-        "derivation). This is the step of h*: h*(s) - h*(s-1) = eta_Y/(M-1) times this coefficient.",
 ))

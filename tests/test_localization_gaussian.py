@@ -24,7 +24,7 @@ IDS = ("localization.gaussian.quadratic_mean", "localization.gaussian.second_mom
 @pytest.fixture(scope="module")
 def lemma3():
     """The topic module (imported here, at run time, so that it registers its records)."""
-    from theory.localization import lemma3 as module
+    from theory.localization import gaussian as module
 
     return module
 

@@ -1,7 +1,7 @@
 """The signal-propagation probability rho (Bao, Hataya, Karakida 2024, Definition 1, Sec. 4).
 
 ``rho_i = P(u_i in [0, 1])`` with ``u_i`` the linearised softmax coordinate of
-:mod:`theory.localization.moments`. The paper approximates ``u_i`` as Gaussian (R2); with
+:mod:`theory.localization.u`. The paper approximates ``u_i`` as Gaussian (R2); with
 mean mu and variance v the interval probability is
 
     rho = 1/2 erf((1 - mu)/sqrt(2 v)) + 1/2 erf(mu/sqrt(2 v)),
@@ -32,7 +32,8 @@ from functools import cache
 
 from ..params import index, positive, real
 from ..registry import ClosedForm, register
-from .moments import I_KEY, PAPER, TEMP, TRW, TRW2, derive_mean, derive_variance, index_domain
+from .random_walk import I_KEY, PAPER, TEMP, TRW, TRW2, index_domain
+from .u import derive_mean, derive_variance
 
 THETA = positive("theta", "Relative key position theta = i/T in (0, 1].")
 XI = real("xi", "Eigenspectrum control xi = tr(W)/sqrt(tr(W^2)), |xi| <= sqrt(d) (eq. 5).")
