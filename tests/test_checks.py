@@ -27,3 +27,21 @@ def test_checks_cover_registered_ids():
     for c in CHECKS:
         unknown = set(c.covers) - known
         assert not unknown, f"{c.id} covers unregistered ids {unknown}"
+
+
+def test_check_ids_locate_their_module():
+    """``<topic>.<part>.<name>`` lives in ``verify/checks/<topic>/<part>[_<method or subject>].py``;
+    the topic-wide checks ``<topic>.<name>`` in ``verify/checks/<topic>/symbolic.py``."""
+    import inspect
+
+    misplaced = []
+    for chk in all_checks():
+        parts = chk.id.split(".")
+        module = inspect.unwrap(chk.func).__module__
+        if not module.startswith("verify.checks."):
+            continue  # registered by a test or a plug-in
+        topic, stem = module.split(".")[2:4]
+        where = stem == "symbolic" if len(parts) == 2 else (stem == parts[1] or stem.startswith(parts[1] + "_"))
+        if topic != parts[0] or not where:
+            misplaced.append(f"{chk.id} in {module}")
+    assert not misplaced, misplaced

@@ -196,7 +196,7 @@ def test_train_adam_stops_on_a_diverging_loss():
     assert r.step[-1] == r.stopped_at
     assert not r.batch_loss[-1] <= 1e3               # above the bound, or non-finite
     # a torch check turns a stopped run into a failed outcome that says where it stopped
-    from verify.checks.preconditioned_gd_torch import _loss_trajectory, _stopped
+    from verify.checks.preconditioned_gd.multi_layer_torch import _loss_trajectory, _stopped
     out = _stopped(r, "test run.", {"L": 2})
     assert out.passed is False and out.measured["stopped at step"] == r.stopped_at
     assert f"step {r.stopped_at}" in out.criterion

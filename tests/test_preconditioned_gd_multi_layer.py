@@ -358,7 +358,7 @@ def test_gdpp_control_box_keeps_the_gradients_away_from_zero():
     >= 0.11 on the 9^3 grid; here a 4^3 grid, corners included)."""
     import itertools
 
-    from verify.checks.preconditioned_gd_multi_layer import GDPP_BOX, _gdpp_scales
+    from verify.checks.preconditioned_gd.gdpp import GDPP_BOX, _gdpp_scales
 
     lo = np.r_[GDPP_BOX["a_low"], GDPP_BOX["b_low"][0]]
     hi = np.r_[GDPP_BOX["a_high"], GDPP_BOX["b_high"][0]]

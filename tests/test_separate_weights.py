@@ -1,9 +1,9 @@
-"""Helpers of verify/checks/linear_attention_separate_weights.py."""
+"""Helpers of verify/checks/linear_attention/separate_weights.py."""
 
 import numpy as np
 import pytest
 
-from verify.checks.linear_attention_separate_weights import deviations, rotated_pair
+from verify.checks.linear_attention.separate_weights import deviations, rotated_pair
 
 
 def _minnorm(D=3):

@@ -29,6 +29,8 @@ from verify import Control, Outcome, check
 from verify.models.scan_snap import OneLayerTransformer, dt_entropy, syn_small, train_transformer
 
 INIT_FIG6 = "zero"
+
+
 PROTOCOL = {"optimizer": "SGD, two param groups (eta_Y: W_V; eta_Z: W_Q, W_K)", "momentum": 0.9,
             "batch": 128, "T": 128, "iterations": 100, "data": "Syn-Small (M = 34, K = 2)",
             "embedding": "orthonormal, frozen (d = M)", "dtype": "float64"}
@@ -56,37 +58,6 @@ def _freeze_time(H, frac=0.1):
     inside = np.abs(H - H[-1]) <= frac * abs(drop)
     outside = np.flatnonzero(~inside)
     return int(outside[-1] + 1) if outside.size else 0
-
-
-@check("scan_snap.decoder.torch_zero_init_loss", aliases=["scan_snap.torch.zero_init_loss"], method="torch", covers=["scan_snap.decoder.alpha_correct"],
-       title="1-layer transformer at zero initialisation: cross-entropy = ln M = -ln alpha_nn(1)")
-def zero_init_loss(ctx):
-    import torch
-
-    classes = syn_small()
-    M, K = classes.M, classes.K
-    g = ctx.torch_generator()
-    with _threads():
-        model = OneLayerTransformer(M, init="zero", generator=g)
-        context, query, label, _ = classes.sample(256, 128, g)
-        with torch.no_grad():
-            logits, b = model(context, query)
-            loss = float(torch.nn.functional.cross_entropy(logits, label))
-    pred = -np.log(theory.get("scan_snap.decoder.alpha_correct")(s=1, M=M, eta_Y=1.0))
-    tol = 1e-14
-    disc = abs(loss - pred) / pred
-    return Outcome(
-        measured=loss, predicted=pred, discrepancy=disc, tolerance=tol,
-        criterion="relative |loss - ln M| <= 1e-14 (W_V = 0 gives zero logits; float64 log-sum-exp round-off "
-                  "~1e-16); ln M = -ln alpha_nn(1) of Lemma 5 (h*(0) = 0)",
-        # expected: the gap of each wrong closed form from ln M, on the statistic's scale
-        controls=[Control("ln K (number of classes)", abs(loss - np.log(K)) / pred, tol,
-                          expected=float(abs(pred - np.log(K)) / pred)),
-                  Control("ln (M - 1)", abs(loss - np.log(M - 1)) / pred, tol,
-                          expected=float(abs(pred - np.log(M - 1)) / pred))],
-        details={"M": M, "K": K, "batch": 256, "T": 128,
-                 "attention uniform at init (max |b - 1/(T-1)|)": float((b - 1 / 127).abs().max())},
-    )
 
 
 @check("scan_snap.attention.torch_scan_and_snap", aliases=["scan_snap.torch.scan_and_snap"], method="torch",

@@ -1,13 +1,9 @@
-"""Symbolic and high-precision checks of every linear-attention closed form.
+"""Checks of ``linear_attention.merged`` (see also :mod:`.symbolic`).
 
-* ``linear_attention.symbolic_printed_forms``: the derived expression equals the paper's
-  printed one for every record without an erratum; every erratum record's printed form
-  differs symbolically *and* numerically (the negative controls).
-* ``linear_attention.high_precision``: the emitted numpy function agrees with the emitted
-  mpmath function at 50 digits at random parameter points (relative error near float64
-  round-off); a perturbed parameter is rejected by the same tolerance.
-* ``linear_attention.merged.large_context_limit``: M*(N) -> Lambda^{-1} (§3.4) with error
-  ~ 1/N, the rate the derived form implies.
+Contains
+--------
+``linear_attention.merged.large_context_limit``
+    M*(N) tends to Lambda^{-1} with error decaying as 1/N (§3.4)
 """
 
 from __future__ import annotations
@@ -15,12 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
-
 from verify import Control, Outcome, check
-from ..symbolic import register_topic_checks
-
-symbolic_printed_forms, high_precision = register_topic_checks(
-    "linear_attention", control_id="linear_attention.merged.global_min_loss", control_param="Lambda")
 
 
 @check("linear_attention.merged.large_context_limit", method="high_precision",

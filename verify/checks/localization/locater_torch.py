@@ -63,8 +63,12 @@ def train(generator, *, layers=1, steps=300, kappa1=0.0, kappa2=0.0, record_ever
     """
     import torch
 
-    from verify.models.localization import (SelfAttentionLM, attention_entropy, eigenspectrum,
-                                            signal_propagation_frequency)
+    from verify.models.localization import (
+        SelfAttentionLM,
+        attention_entropy,
+        eigenspectrum,
+        signal_propagation_frequency,
+    )
 
     dtype = torch.float32
     model = SelfAttentionLM(d, layers, generator=generator, dtype=dtype, device=device)

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from ..symbolic import register_topic_checks
+from ...symbolic import register_topic_checks
 
 symbolic_printed_forms, high_precision = register_topic_checks(
     "preconditioned_gd", control_id="preconditioned_gd.single_layer.optimal_loss", control_param="Sigma")

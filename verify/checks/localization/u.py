@@ -32,59 +32,18 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.stats import batch_mean, z_threshold
-from verify.tasks.random_walk import (anisotropic_covariance, iter_walks, linearised_signal, spectrum,
-                                      symmetric_qk, traces)
+from verify.tasks.random_walk import (
+    anisotropic_covariance,
+    iter_walks,
+    linearised_signal,
+    spectrum,
+    symmetric_qk,
+    traces,
+)
 
 
 def _cf(id, **kw):
     return theory.get(id)(**kw)
-
-
-# =====================================================================================
-# R1: softmax Jacobian at the origin
-# =====================================================================================
-@check("localization.softmax.jacobian_at_origin",
-       covers=["localization.softmax.value_at_origin", "localization.softmax.jacobian_diagonal",
-               "localization.softmax.jacobian_offdiagonal"],
-       method="high_precision",
-       title="Softmax value and Jacobian at the origin vs central differences of the real softmax")
-def jacobian_at_origin(ctx):
-    import mpmath
-
-    worst, per_T, sel_expected = 0.0, {}, 0.0
-    lengths = ctx.pick(quick=(2, 5, 40), full=(2, 3, 5, 10, 40, 200))
-    h = mpmath.mpf("1e-20")
-    with mpmath.workdps(60):
-        for T in lengths:
-            def S(k, a, b):  # softmax coordinate 1 with omega_1 = a (if k == 0), omega_2 = b
-                logits = [mpmath.mpf(0)] * T
-                logits[0] += a
-                if T > 1:
-                    logits[1] += b
-                return mpmath.exp(logits[0]) / mpmath.fsum(mpmath.exp(x) for x in logits)
-            fd_diag = (S(0, h, 0) - S(0, -h, 0)) / (2 * h)
-            fd_off = (S(0, 0, h) - S(0, 0, -h)) / (2 * h)
-            ref = np.array([float(S(0, 0, 0)), float(fd_diag), float(fd_off)])
-            got = np.array([_cf("localization.softmax.value_at_origin", T=T),
-                            _cf("localization.softmax.jacobian_diagonal", T=T),
-                            _cf("localization.softmax.jacobian_offdiagonal", T=T)])
-            err = float(np.max(np.abs(got - ref) / np.abs(ref)))
-            per_T[T] = err
-            worst = max(worst, err)
-            # the 'selector' heuristic gamma^i = e^i/T (no centring): diagonal 1/T, off-diagonal 0
-            selector = float(np.max(np.abs(np.array([1 / T, 1 / T, 0.0]) - ref) / np.abs(ref)))
-            # expected: the same relative gap against the registered forms (1 from the off-diagonal)
-            sel_expected = max(sel_expected, float(np.max(np.abs(np.array([1 / T, 1 / T, 0.0]) - got)
-                                                          / np.abs(got))))
-    T = lengths[-1]
-    return Outcome(
-        measured=per_T, predicted="S(0)_i = 1/T, dS_i/domega_i = 1/T - 1/T^2, dS_i/domega_a = -1/T^2",
-        discrepancy=worst, tolerance=1e-12,
-        criterion="max relative error of the registered values vs central differences (h = 1e-20) of the "
-                  "softmax at 60 digits; the difference error is O(h^2), so 1e-12 is float64 round-off",
-        controls=[Control(f"selector heuristic gamma^i = e^i/T (off-diagonal 0, T = {T})", selector, 1e-12,
-                          expected=sel_expected)],
-    )
 
 
 # =====================================================================================
@@ -209,60 +168,4 @@ def large_T_limits(ctx):
         controls=[Control("printed Lemma 1 variance as the large-T limit (gap at T = 40000, needs > 1e-3)",
                           printed_at_largest, 1e-3,
                           expected=float(max(gap_limit[-len(thetas):])))],
-    )
-
-
-# =====================================================================================
-# Lemma 4 and eq. 22 by Monte Carlo
-# =====================================================================================
-_LEMMA4 = ("localization.random_walk.quadratic_mean", "localization.random_walk.quadratic_second_moment",
-           "localization.random_walk.cross_moment", "localization.random_walk.mixed_moment",
-           "localization.random_walk.query_product")
-
-
-@check("localization.random_walk.mc_lemma4",
-       covers=list(_LEMMA4), decides=list(_LEMMA4), method="monte_carlo",
-       title="Monte Carlo of the random-walk moments of Lemma 4 (eqs. 15-18) and eq. 22")
-def mc_lemma4(ctx):
-    rng = ctx.rng
-    d, T, i, k = 3, 8, 2, 5
-    total = ctx.pick(quick=400_000, full=4_000_000)
-    # printed eq. 15 differs from eq. 15 by tr W, which an indefinite W can make vanish (expected z of
-    # that control 1.2 at one of 200 seeds): draw (Sigma, W) until |tr W| >= sqrt(tr W^2)/2, which
-    # keeps every control's expected z >= 66 over the same 200 seeds
-    for _ in range(100):
-        Sigma = anisotropic_covariance(rng, d)
-        W = symmetric_qk(rng, [0.9, -0.4, 0.3])
-        trW, trW2 = traces(W, Sigma)
-        if abs(trW) >= 0.5 * np.sqrt(trW2):
-            break
-    acc = batch_mean()
-    for X in iter_walks(rng, Sigma, T, total, chunk=100_000):
-        xi, xk, xT = X[:, :, i - 1], X[:, :, k - 1], X[:, :, T - 1]
-        qii = np.einsum("bd,de,be->b", xi, W, xi)
-        qik = np.einsum("bd,de,be->b", xi, W, xk)
-        qkk = np.einsum("bd,de,be->b", xk, W, xk)
-        siT = np.einsum("bd,de,be->b", xi, W, xT)
-        skT = np.einsum("bd,de,be->b", xk, W, xT)
-        acc.add(np.stack([qii, qii**2, qik**2, qik * qkk, siT * skT], axis=1))
-    est = acc.result()
-    args = [dict(i=i, trW=trW), dict(i=i, trW=trW, trW2=trW2), dict(i=i, k=k, trW=trW, trW2=trW2),
-            dict(i=i, k=k, trW=trW, trW2=trW2), dict(i=i, k=k, T=T, trW=trW, trW2=trW2)]
-    pred = np.array([_cf(id, **a) for id, a in zip(_LEMMA4, args)])
-    printed = np.array([theory.get(id)(printed=True, **a) for id, a in zip(_LEMMA4, args)])
-    z = np.abs(est.z(pred))
-    z_printed = np.abs(est.z(printed))
-    e_printed = np.abs(printed - pred) / est.se  # expected z of each printed form
-    zc = z_threshold(len(pred))
-    names = ("eq. 15", "eq. 16", "eq. 17", "eq. 18", "eq. 22")
-    return Outcome(
-        measured=dict(zip(names, est.mean.tolist())), predicted=dict(zip(names, pred.tolist())),
-        discrepancy=float(z.max()), tolerance=zc,
-        criterion=f"max |z| over the 5 moments at (i, k, T) = ({i}, {k}, {T}), d = {d}, anisotropic Sigma, "
-                  f"{total} walks < family-wise threshold (false alarm 1e-6)",
-        controls=[Control(f"printed {n} (constants of a walk from x_1 = 0, plus 2A + B)", float(zp), zc,
-                          expected=float(ep))
-                  for n, zp, ep in zip(names, z_printed, e_printed)],
-        details={"z": dict(zip(names, z.tolist())), "printed": dict(zip(names, printed.tolist())),
-                 "se": dict(zip(names, est.se.tolist())), "trW": trW, "trW2": trW2},
     )

@@ -27,17 +27,26 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.flows import separate as fs
-from verify.stats import batch_mean, z_threshold
-from verify.tasks.in_context_regression import iter_sequences, random_covariance
+from verify.tasks.in_context_regression import random_covariance
 
 #: Fig.-1 / Fig.-3 spectrum and context length.
 SPECTRUM = (0.4, 0.3, 0.2, 0.1)
+
+
 N_FIG = 31
+
+
 TAU = 1.0
+
+
 RTOL = 1e-10
+
+
 #: a plateau is long when the loss stays near its level for at least this fraction of the
 #: escape scale tau / (lambda_{m+1}^2 w_init) (see :func:`long_plateaus`).
 LONG_FRACTION = 0.1
+
+
 #: value weight above which a head counts as grown (v* = O(1); unlearned heads are O(w_init)).
 GROWN_V = 0.1
 
@@ -206,6 +215,8 @@ def escape_time_ratio(ctx):
 #: head (~ tau ln(v*/w_init) / (lambda^2 v*)): a ratio ~ w_init ln(v*/w_init) / v*, 7e-3 at
 #: 1e-3 and 1e-3 at 1e-4.
 RANK_W_INIT = {"quick": 1e-3, "full": 1e-4}
+
+
 #: relative tolerance of the plateau levels and of M at the plateaus: the flow sits O(w_init^2)
 #: from the saddle on a conspicuous plateau (measured <= 1.3e-6 at w_init = 1e-3 over seeds
 #: 0-9 except 1.8e-5 on the short R = 1 plateau of seed 8; ~1e-3 at 1e-2); 100 w_init^2 at the
@@ -451,45 +462,4 @@ def rank_plateaus(ctx):
         details={"parts": parts, "fixed-threshold V13 pattern held (report only)": held,
                  "runs": rows, "w_init": [w1, w2], "levels": levels.tolist()},
         figures=figures,
-    )
-
-
-# -- (c) next-token saddles ------------------------------------------------------------------
-@check("linear_attention.ntp.mc_saddles",
-       covers=["linear_attention.ntp.saddle_loss", "linear_attention.ntp.inv_length_mean"],
-       method="monte_carlo",
-       title="Monte Carlo next-token loss (eq. 23, lengths 1..N_max = 8, D = 3) of the fixed points "
-             "with E(1/N) against eq. 26, m = 0..D")
-def mc_saddles(ctx):
-    rng = ctx.rng
-    eigs, N_max = (0.5, 0.3, 0.2), 8
-    D = len(eigs)
-    Lam = random_covariance(rng, eigs)
-    nu = float(_cf("linear_attention.ntp.inv_length_mean", N_max=N_max))
-    inner = np.linalg.inv(Lam + nu * (Lam + np.trace(Lam) * np.eye(D)))
-    w_, V = np.linalg.eigh(Lam)
-    V = V[:, np.argsort(-w_)]
-    Ms = np.stack([V[:, :m] @ V[:, :m].T @ inner for m in range(D + 1)])
-    pred = np.array([float(_cf("linear_attention.ntp.saddle_loss", Lambda=Lam, N_max=N_max, m=m))
-                     for m in range(D + 1)])
-    fixed = _saddles(Lam, N_max, D)
-    total = ctx.pick(quick=200_000, full=4_000_000)
-    acc = batch_mean()
-    for seq in ctx.iterate(iter_sequences(rng, Lam, N_max, total), "next-token losses"):
-        yhat = np.einsum("bni,mij,bnj->bmn", seq.beta, Ms, seq.queries)
-        acc.add(np.mean((seq.targets[:, None, :] - yhat) ** 2, axis=2))   # eq. 23 per sequence
-    est = acc.result()
-    z = est.z(pred)
-    z_crit = z_threshold(D + 1)
-    disc = float(np.max(np.abs(z)))
-    z_fixed = float(np.max(np.abs(est.z(fixed))))
-    return Outcome(
-        measured=est.mean.tolist(), predicted=pred.tolist(), discrepancy=disc, tolerance=z_crit,
-        criterion=f"max |z| over m = 0..{D} of the Monte Carlo next-token loss (eq. 23, mean over the "
-                  f"N_max predictions of a sequence, SE over sequences) of M_m = P_m (Lambda + E(1/N)"
-                  f"(Lambda + tr Lambda I))^-1 vs eq. 26 < z_threshold({D + 1})",
-        controls=[Control(f"fixed-N levels eq. 19 at N = N_max = {N_max}", z_fixed, z_crit,
-                          expected=float(np.max(np.abs(fixed - pred) / est.se)))],
-        details={"sequences": est.n, "z": z.tolist(), "se": est.se.tolist(), "E(1/N)": nu,
-                 "fixed_N_levels": fixed.tolist(), "N_max": N_max, "eigenvalues": list(eigs)},
     )

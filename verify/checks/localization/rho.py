@@ -26,8 +26,14 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
-from verify.tasks.random_walk import (anisotropic_covariance, iter_walks, linearised_signal, spectrum,
-                                      symmetric_qk, traces)
+from verify.tasks.random_walk import (
+    anisotropic_covariance,
+    iter_walks,
+    linearised_signal,
+    spectrum,
+    symmetric_qk,
+    traces,
+)
 
 #: Bound on max_i |rho_MC - rho_Gauss| at the largest d of the profile (isotropic Sigma), stated in
 #: advance from the spec's measurements (0.032 / 0.019 at d = 32, <= 0.022 at d = 128, T = 40).

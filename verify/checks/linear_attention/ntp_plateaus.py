@@ -1,0 +1,88 @@
+"""Checks of ``linear_attention.ntp`` (see also :mod:`.merged_monte_carlo`).
+
+Contains
+--------
+``linear_attention.ntp.mc_plateaus``
+    Next-token loss (eq. 23) with uniform context lengths: the zero plateau tr Lambda, the minimum eq. 26 at the eq.-25 predictor, and least squares over all positions
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verify import Control, Outcome, check
+from verify.stats import batch_mean, rel_frobenius, z_threshold
+from verify.tasks.in_context_regression import (
+    CHUNK,
+    random_covariance,
+    sample_sequences,
+)
+
+from .merged_monte_carlo import EIGENVALUES, _cf, _schedule, _ScoreLeastSquares, _unvec, _vec
+
+#: Largest context length of the next-token check (spec §5.10).
+N_MAX = 8
+
+
+# -- (c) next-token plateaus ---------------------------------------------------------------
+@check("linear_attention.ntp.mc_plateaus",
+       covers=["linear_attention.ntp.converged_matrix", "linear_attention.ntp.global_min_loss",
+               "linear_attention.ntp.inv_length_mean", "linear_attention.merged.zero_loss"],
+       method="monte_carlo",
+       title="Next-token loss (eq. 23) with uniform context lengths: the zero plateau tr Lambda, "
+             "the minimum eq. 26 at the eq.-25 predictor, and least squares over all positions")
+def mc_plateaus(ctx):
+    rng = ctx.rng
+    D, N_max = len(EIGENVALUES), N_MAX
+    Lam = random_covariance(rng, EIGENVALUES)
+    total = ctx.pick(quick=400_000, full=10_000_000)
+    chunk = CHUNK // N_max
+
+    M_ntp = _cf("linear_attention.ntp.converged_matrix", Lambda=Lam, N_max=N_max)
+    L_ntp = _cf("linear_attention.ntp.global_min_loss", Lambda=Lam, N_max=N_max)
+    L_zero = _cf("linear_attention.merged.zero_loss", Lambda=Lam)
+    M_fixed = _cf("linear_attention.merged.converged_matrix", Lambda=Lam, N=N_max)
+    L_fixed = _cf("linear_attention.merged.global_min_loss", Lambda=Lam, N=N_max)
+
+    losses = batch_mean()  # one row per sequence: position-averaged losses (eq. 23)
+    ls = _ScoreLeastSquares({"eq25": _vec(M_ntp), "fixed_N": _vec(M_fixed)})
+    for k in ctx.iterate(_schedule(total, chunk, []), "next-token"):
+        seqs = sample_sequences(rng, Lam, N_max, int(k))
+        t = seqs.targets
+        z = seqs.z  # (B, N_max, D^2)
+        losses.add(np.stack([(t**2).mean(axis=1),
+                             ((t - seqs.predict(M_ntp)) ** 2).mean(axis=1)], axis=1))
+        ls.add(np.einsum("bpi,bpj->bij", z, z) / N_max, np.einsum("bp,bpi->bi", t, z) / N_max)
+
+    est = losses.result()
+    z_zero, z_min = (float(v) for v in est.z([L_zero, L_ntp]))
+    z_ls = ls.z("eq25")
+    M_hat = _unvec(ls.fit(), D)
+    z_crit = z_threshold(2 + D * D)
+    disc = max(abs(z_zero), abs(z_min), float(np.max(np.abs(z_ls))))
+    controls = [
+        Control(f"least squares over all positions against the fixed-N eq. 11 at N = {N_max}",
+                float(np.max(np.abs(ls.z("fixed_N")))), z_crit, expected=ls.expected_z("eq25", "fixed_N")),
+        Control(f"minimum loss with 1/N_max for E(1/N) (fixed-N minimum at N = {N_max})",
+                abs(float((est.mean[1] - L_fixed) / est.se[1])), z_crit,
+                expected=abs(float((L_ntp - L_fixed) / est.se[1]))),
+    ]
+    return Outcome(
+        measured={"loss_zero": float(est.mean[0]), "loss_eq25": float(est.mean[1]),
+                  "M_least_squares": M_hat.tolist()},
+        predicted={"zero_loss": L_zero, "global_min_loss": L_ntp,
+                   "converged_matrix": np.asarray(M_ntp).tolist()},
+        discrepancy=disc, tolerance=z_crit,
+        criterion=(f"max |z| over the two plateau losses and the {D * D} least-squares "
+                   f"coefficients (sandwich SEs clustered by sequence) < z_threshold({2 + D * D})"),
+        controls=controls,
+        details={
+            "sequences": est.n, "predictions": est.n * N_max, "D": D, "N_max": N_max,
+            "eigenvalues": list(EIGENVALUES),
+            "z_loss_zero": z_zero, "z_loss_eq25": z_min,
+            "max_abs_z_least_squares": float(np.max(np.abs(z_ls))),
+            "relative_error_least_squares": rel_frobenius(M_hat, M_ntp),
+            "relative_error_fixed_N_matrix": rel_frobenius(M_fixed, M_ntp),
+            "fixed_N_global_min_loss": L_fixed,
+        },
+    )

@@ -1,0 +1,58 @@
+"""Checks of ``linear_attention.ntp`` (see also :mod:`.separate_dynamics`).
+
+Contains
+--------
+``linear_attention.ntp.mc_saddles``
+    Monte Carlo next-token loss (eq. 23, lengths 1..N_max = 8, D = 3) of the fixed points with E(1/N) against eq. 26, m = 0..D
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verify import Control, Outcome, check
+from verify.stats import batch_mean, z_threshold
+from verify.tasks.in_context_regression import iter_sequences, random_covariance
+
+from .separate_dynamics import _cf, _saddles
+
+
+# -- (c) next-token saddles ------------------------------------------------------------------
+@check("linear_attention.ntp.mc_saddles",
+       covers=["linear_attention.ntp.saddle_loss", "linear_attention.ntp.inv_length_mean"],
+       method="monte_carlo",
+       title="Monte Carlo next-token loss (eq. 23, lengths 1..N_max = 8, D = 3) of the fixed points "
+             "with E(1/N) against eq. 26, m = 0..D")
+def mc_saddles(ctx):
+    rng = ctx.rng
+    eigs, N_max = (0.5, 0.3, 0.2), 8
+    D = len(eigs)
+    Lam = random_covariance(rng, eigs)
+    nu = float(_cf("linear_attention.ntp.inv_length_mean", N_max=N_max))
+    inner = np.linalg.inv(Lam + nu * (Lam + np.trace(Lam) * np.eye(D)))
+    w_, V = np.linalg.eigh(Lam)
+    V = V[:, np.argsort(-w_)]
+    Ms = np.stack([V[:, :m] @ V[:, :m].T @ inner for m in range(D + 1)])
+    pred = np.array([float(_cf("linear_attention.ntp.saddle_loss", Lambda=Lam, N_max=N_max, m=m))
+                     for m in range(D + 1)])
+    fixed = _saddles(Lam, N_max, D)
+    total = ctx.pick(quick=200_000, full=4_000_000)
+    acc = batch_mean()
+    for seq in ctx.iterate(iter_sequences(rng, Lam, N_max, total), "next-token losses"):
+        yhat = np.einsum("bni,mij,bnj->bmn", seq.beta, Ms, seq.queries)
+        acc.add(np.mean((seq.targets[:, None, :] - yhat) ** 2, axis=2))   # eq. 23 per sequence
+    est = acc.result()
+    z = est.z(pred)
+    z_crit = z_threshold(D + 1)
+    disc = float(np.max(np.abs(z)))
+    z_fixed = float(np.max(np.abs(est.z(fixed))))
+    return Outcome(
+        measured=est.mean.tolist(), predicted=pred.tolist(), discrepancy=disc, tolerance=z_crit,
+        criterion=f"max |z| over m = 0..{D} of the Monte Carlo next-token loss (eq. 23, mean over the "
+                  f"N_max predictions of a sequence, SE over sequences) of M_m = P_m (Lambda + E(1/N)"
+                  f"(Lambda + tr Lambda I))^-1 vs eq. 26 < z_threshold({D + 1})",
+        controls=[Control(f"fixed-N levels eq. 19 at N = N_max = {N_max}", z_fixed, z_crit,
+                          expected=float(np.max(np.abs(fixed - pred) / est.se)))],
+        details={"sequences": est.n, "z": z.tolist(), "se": est.se.tolist(), "E(1/N)": nu,
+                 "fixed_N_levels": fixed.tolist(), "N_max": N_max, "eigenvalues": list(eigs)},
+    )

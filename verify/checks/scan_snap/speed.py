@@ -1,0 +1,204 @@
+"""Checks of ``scan_snap.speed`` (see also :mod:`.h`).
+
+Contains
+--------
+``scan_snap.speed.gamma_integral``
+    eta_Z int gamma against quadrature; the peak of gamma against numerical maximisation
+``scan_snap.speed.asymptotics``
+    gamma's two stages (Theorem 1(b) printed vs Lemma 9), t_0' < t_A < t_B < t_0, Corollary 1's count
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import integrate, optimize
+
+from theory.scan_snap.h import trajectory
+from verify import Control, Outcome, check
+
+from .h import _cf, _h
+
+
+# =====================================================================================
+# gamma: exact integral and peak
+# =====================================================================================
+@check("scan_snap.speed.gamma_integral",
+       covers=["scan_snap.speed.gamma", "scan_snap.speed.gamma_integral", "scan_snap.speed.gamma_peak",
+               "scan_snap.speed.gamma_peak_time", "scan_snap.speed.scan_time"],
+       method="exact_flow",
+       title="eta_Z int gamma against quadrature; the peak of gamma against numerical maximisation")
+def gamma_integral(ctx):
+    cases = [(30, 2, 0.5, 0.3), (1000, 10, 1.0, 0.5), (1000, 1, 0.01, 1.0), (10_000, 5, 5.0, 2.0), (2, 3, 10.0, 0.1)]
+    cases = ctx.pick(quick=cases, full=cases + [(100, 20, 0.1, 0.5), (5000, 50, 2.0, 1.0)])
+    rel, ctrl, peak_err, details = 0.0, 0.0, 0.0, {}
+    for M, K, eta, etaZ in cases:
+        g = lambda s: _cf("scan_snap.speed.gamma", t=s, M=M, K=K, eta_Y=eta)
+        tp = K * math.log(M) / eta if M > 1 else K / eta
+        ends = tp * np.array([0.1, 1.0, 10.0, 1e3, 1e6])
+        # quadrature on log-spaced panels (gamma is smooth; the tail decays like ln t/t)
+        knots = np.r_[0.0, tp * np.logspace(-3, 6, 37)]
+        cum = np.r_[0.0, np.cumsum([integrate.quad(g, a, b, epsabs=0, epsrel=1e-13, limit=200)[0]
+                                    for a, b in zip(knots[:-1], knots[1:])])]
+        for T in ends:
+            j = np.searchsorted(knots, T)
+            part = cum[j - 1] + integrate.quad(g, knots[j - 1], T, epsabs=0, epsrel=1e-13, limit=200)[0]
+            quad = etaZ * part
+            exact = _cf("scan_snap.speed.gamma_integral", t=T, M=M, K=K, eta_Y=eta, eta_Z=etaZ)
+            rel = max(rel, abs(exact / quad - 1))
+            ctrl = max(ctrl, abs(exact / K / quad - 1))
+        # peak: maximise gamma over log t numerically, compare value and location
+        res = optimize.minimize_scalar(lambda x: -g(math.exp(x)), bracket=(math.log(tp / 10), math.log(tp)),
+                                       tol=1e-12)
+        t_num, g_num = math.exp(res.x), -res.fun
+        g_pk = _cf("scan_snap.speed.gamma_peak", M=M, K=K, eta_Y=eta)
+        t_pk = _cf("scan_snap.speed.gamma_peak_time", M=M, K=K, eta_Y=eta)
+        # the value is flat at the maximum: |dg| ~ g'' dt^2, so the value is tested at 1e-10 and the
+        # location (sqrt of the value precision) at 1e-5
+        peak_err = max(peak_err, abs(g_num / g_pk - 1), abs(t_num / t_pk - 1) * (1e-10 / 1e-5))
+        details[f"M={M}, K={K}, eta_Y={eta}, eta_Z={etaZ}"] = {
+            "gamma_max": g_pk, "numerical_max": g_num, "t_peak/t_0'": t_pk / tp, "numerical t_peak/t_0'": t_num / tp}
+    disc = max(rel, peak_err)
+    return Outcome(
+        measured={"max |exact/quad - 1|": rel, "peak (scaled)": peak_err},
+        predicted=0.0, discrepancy=disc, tolerance=1e-10,
+        criterion="Gamma(t) = (eta_Z/eta_Y) K (M-1)^2 h(t/K)^2/2 against adaptive quadrature (epsrel 1e-13 per "
+                  "panel) of eta_Z gamma at t = 0.1..1e6 t_0' within 1e-10 (the quadrature tolerance plus the "
+                  "panel sum); the peak value within 1e-10 and its location within 1e-5 (flat maximum) "
+                  "of scipy's maximisation; 5 (M, K, eta_Y, eta_Z) cases incl. M = 2 and M = 1e4",
+        # expected: Gamma/K against Gamma is off by |1/K - 1| (largest K of the cases)
+        controls=[Control("the integral without the factor K (Gamma/K)", ctrl, 1e-10,
+                          expected=max(abs(1 / c[1] - 1) for c in cases))],
+        details=details,
+    )
+
+
+# =====================================================================================
+# gamma asymptotics, time scales, Lemma 9's stages, Corollary 1
+# =====================================================================================
+@check("scan_snap.speed.asymptotics",
+       covers=["scan_snap.speed.gamma", "scan_snap.speed.gamma_linear", "scan_snap.speed.gamma_log",
+               "scan_snap.speed.scan_time", "scan_snap.speed.scan_end", "scan_snap.speed.snap_time",
+               "scan_snap.speed.crossing_time", "scan_snap.speed.convergence_steps", "scan_snap.h.discrete"],
+       decides=["scan_snap.speed.gamma_log"],
+       method="exact_flow",
+       title="gamma's two stages (Theorem 1(b) printed vs Lemma 9), t_0' < t_A < t_B < t_0, Corollary 1's count")
+def asymptotics(ctx):
+    failures, details = [], {}
+    worst, ctrl_printed, e_printed = 0.0, 0.0, 0.0
+    ratio_printed_t0 = {}
+    for M in (30, 100, 1000, 10_000):
+        for K, eta in ((1, 1.0), (10, 0.5), (3, 5.0)):
+            kw = dict(M=M, K=K, eta_Y=eta)
+            tp, tA = _cf("scan_snap.speed.scan_time", **kw), _cf("scan_snap.speed.scan_end", **kw)
+            tB, t0 = _cf("scan_snap.speed.crossing_time", **kw), _cf("scan_snap.speed.snap_time", **kw)
+            if not tp < tA < tB < t0:
+                failures.append(f"order of time scales at {kw}")
+            r = tB / t0
+            # t_B/t_0 = (M-1)/M - 1/(2 M u_hi) exactly
+            u_hi = eta * t0 / (2 * K)
+            worst = max(worst, abs(r / ((M - 1) / M - 1 / (2 * M * u_hi)) - 1) / 1e-12)
+            # stage inequalities of Lemma 9 on their ranges (t/K clock)
+            t1 = tp * np.logspace(-3, 0, 30)
+            t1 = t1[t1 >= 1]                                   # integer steps t >= 1
+            u1 = M * _h(t1 / K, M, eta)
+            if not np.all(np.exp(u1) <= np.minimum(M - 1, (M - 1) * u1)):
+                failures.append(f"stage 1 at {kw}")
+            t2 = t0 * np.logspace(0, 6, 30)
+            u2 = M * _h(t2 / K, M, eta)
+            if not np.all(np.exp(u2) >= np.maximum(M - 1, (M - 1) * u2)):
+                failures.append(f"stage 2 at {kw}")
+            # gamma against its stages: ratio -> 1 at both ends, with the derived error terms
+            g = lambda t: _cf("scan_snap.speed.gamma", t=t, **kw)
+            small = tp * np.array([1e-4, 1e-3])
+            lin = np.array([g(t) / _cf("scan_snap.speed.gamma_linear", t=t, **kw) for t in small])
+            # relative error of the linear stage: h = eta t/(K M) (1 - u/(2M)) and (M-1) + e^u = M (1 + u/M):
+            # 3u/(2M) to first order (u = M h(t/K)); allow 2u/M
+            us = M * _h(small / K, M, eta)
+            worst = max(worst, float(np.max(np.abs(lin - 1) / (2 * us / M))))
+            big = t0 * np.array([1e4, 1e6])
+            lg = np.array([g(t) / _cf("scan_snap.speed.gamma_log", t=t, **kw) for t in big])
+            uu = M * _h(big / K, M, eta)
+            # exactly gamma = (M-1)^2 u/(M (x + 2 - M - (M-1) u)), x = M eta t/K, u = ln(x + 1 - (M-1) u):
+            # gamma/lead - 1 = O((M-1)(u + 2)/x) to first order; allow twice that
+            allow = 2 * (M - 1) * (uu + 2) * K / (M * eta * big)
+            worst = max(worst, float(np.max(np.abs(lg - 1) / allow)))
+            lg_printed = np.array([g(t) / _cf("scan_snap.speed.gamma_log", t=t, printed=True, **kw) for t in big])
+            ctrl_printed = max(ctrl_printed, float(np.max(np.abs(lg_printed - 1) / allow)))
+            # expected: the printed form against Lemma 9's log form (the registered one)
+            e_printed = max(e_printed, float(np.max(np.abs(np.array(
+                [_cf("scan_snap.speed.gamma_log", t=t, **kw)
+                 / _cf("scan_snap.speed.gamma_log", t=t, printed=True, **kw) for t in big]) - 1) / allow)))
+            pr = g(t0) / _cf("scan_snap.speed.gamma_log", t=t0, printed=True, **kw)
+            ratio_printed_t0[f"M={M}, K={K}, eta_Y={eta}"] = pr
+            details[f"M={M}, K={K}, eta_Y={eta}"] = {
+                "t_0'": tp, "t_A": tA, "t_B": tB, "t_0": t0, "t_B/t_0": r, "(M-1)/M": (M - 1) / M,
+                "gamma/(eta t/K) at 0.1 t_0', 0.5 t_0', t_0'": [g(c * tp) / (eta * c * tp / K) for c in (0.1, 0.5, 1.0)],
+                "gamma/Lemma 9 form at t_0, 10 t_0, 1e3 t_0": [
+                    g(c * t0) / (K * math.log(M * eta * c * t0 / K) / (eta * c * t0)) for c in (1, 10, 1e3)],
+                "gamma/printed Theorem 1(b) at t_0, 1e6 t_0": [pr, g(1e6 * t0) / _cf(
+                    "scan_snap.speed.gamma_log", t=1e6 * t0, printed=True, **kw)]}
+    # Corollary 1: the discrete recursion (one class) reaches ||e_n - alpha_n|| <= eps after S steps
+    cor = {}
+    for M, eta, eps in ((1000, 0.5, 0.01), (100, 1.0, 0.05), (30, 0.1, 0.1)):
+        hs = trajectory(int(2 * _cf("scan_snap.speed.convergence_steps", M=M, K=1, eta_Y=eta, epsilon=eps)) + 10,
+                        M, eta)
+        norm = (M - 1) * math.sqrt(M / (M - 1)) / ((M - 1) + np.exp(M * hs))
+        S = int(np.argmax(norm <= eps))
+        sharp = _cf("scan_snap.speed.convergence_steps", M=M, K=1, eta_Y=eta, epsilon=eps)
+        bound = math.log(M / eps) / (eps * eta)
+        cor[f"M={M}, eta_Y={eta}, eps={eps}"] = {"steps": S, "sharp": sharp, "paper_bound": bound}
+        # Lemma 7 brackets the discrete count: h* >= h gives S <= ceil(sharp); h* - h <= 2 eta_Y/M with
+        # h' = eta_Y/((M-1) + e^{Mh}) >= eta_Y/((M-1) + E_eps) at the target gives sharp - S <= 2 ((M-1) + E)/M
+        E = (M - 1) * (math.sqrt(M / (M - 1)) / eps - 1)
+        if not (sharp - 2 * ((M - 1) + E) / M - 1 <= S <= math.ceil(sharp)):
+            failures.append(f"Corollary 1 count outside Lemma 7's bracket at M={M}")
+        if S > bound:
+            failures.append(f"Corollary 1 bound at M={M}")
+    details["corollary_1"] = cor
+    printed_t0 = ratio_printed_t0["M=1000, K=1, eta_Y=1.0"]
+    disc = worst if not failures else float("inf")
+    return Outcome(
+        measured={"worst scaled error": worst, "failures": failures,
+                  "gamma/printed Theorem 1(b) at t_0 (M=1000)": printed_t0},
+        predicted="all scaled errors <= 1; time scales ordered; stage inequalities hold",
+        discrepancy=disc, tolerance=1.0,
+        criterion="gamma/(linear stage) - 1 within twice its first-order term 3u/(2M) at 1e-4..1e-3 t_0'; "
+                  "gamma/(Lemma 9 log stage) - 1 within twice its first-order terms at 1e4, 1e6 t_0; "
+                  "t_B/t_0 = (M-1)/M - 1/(2 M u_hi) to 1e-12; Lemma 9's stage inequalities on "
+                  "[1e-3 t_0', t_0'] (t >= 1) and [t_0, 1e6 t_0]; Corollary 1's discrete step count inside "
+                  "the bracket Lemma 7 implies around the sharp count, and below the paper's bound. Theorem 1(b)'s printed "
+                  "form is held to the same allowance at the same points (control)",
+        controls=[Control("Theorem 1(b) printed K ln(eta_Y t/K)/(eta_Y t) at 1e4, 1e6 t_0 (scaled error)",
+                          ctrl_printed, 1.0, expected=e_printed)],
+        details=details, figures=_gamma_figure(),
+    )
+
+
+def _gamma_figure(M: int = 1000, K: int = 1, eta: float = 1.0) -> dict:
+    """gamma(t) with its two stages and the time scales (one figure for the report)."""
+    kw = dict(M=M, K=K, eta_Y=eta)
+    tp, t0 = _cf("scan_snap.speed.scan_time", **kw), _cf("scan_snap.speed.snap_time", **kw)
+    t = np.geomspace(1e-3 * tp, 1e4 * t0, 300)
+    g = np.array([_cf("scan_snap.speed.gamma", t=x, **kw) for x in t])
+    lin = np.array([_cf("scan_snap.speed.gamma_linear", t=x, **kw) for x in t])
+    late = t >= tp
+    lg = np.array([_cf("scan_snap.speed.gamma_log", t=x, **kw) for x in t[late]])
+    lg_p = np.array([_cf("scan_snap.speed.gamma_log", t=x, printed=True, **kw) for x in t[late]])
+    early = t <= 2 * t0
+    top = float(g.max()) * 3
+    return {"gamma": {
+        "kind": "lines", "xscale": "log", "yscale": "log", "xlabel": "t (batch-1 steps)",
+        "ylabel": "speed coefficient gamma(t)",
+        "title": f"gamma(t), M = {M}, K = {K}, eta_Y = {eta}: scanning (linear) then snapping "
+                 f"(t_0' = {tp:.3g}, t_0 = {t0:.3g})",
+        "series": [{"label": "gamma(t) exact (h from eq. 45)", "x": t.tolist(), "y": g.tolist(), "color": "k"},
+                   {"label": "linear stage ((M-1)/M)^2 eta_Y t / K", "x": t[early].tolist(),
+                    "y": lin[early].tolist(), "style": "--"},
+                   {"label": "log stage, Lemma 9: K ln(M eta_Y t/K)/(eta_Y t)", "x": t[late].tolist(),
+                    "y": lg.tolist(), "style": "--"},
+                   {"label": "Theorem 1(b) as printed: K ln(eta_Y t/K)/(eta_Y t)", "x": t[late].tolist(),
+                    "y": np.clip(lg_p, 1e-12, None).tolist(), "style": ":"},
+                   {"label": "t_0' and t_0", "x": [tp, tp, np.nan, t0, t0],
+                    "y": [1e-3, top, np.nan, 1e-3, top], "style": ":", "color": "0.5"}]}}
