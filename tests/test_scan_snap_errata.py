@@ -1,4 +1,5 @@
-"""Errata of Scan and Snap (Tian et al. 2023) decided by verify/checks/scan_snap/ (attention_eq88, h_remarks, speed_scan_end).
+"""Errata of Scan and Snap (Tian et al. 2023) decided by the checks in verify/checks/scan_snap/
+(attention_eq88, h_remarks, speed_scan_end).
 
 Small, independent numbers: each test recomputes a fact the check relies on by a route of its
 own (closed arithmetic, mpmath, a hand-written recursion), and the checks themselves are run in

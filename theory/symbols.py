@@ -24,10 +24,11 @@ def dim():
 def sym(name: str):
     """The sympy object for the parameter ``name``.
 
-    Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``, ``W_Q``, ``W_K``, ``W_QK``) and the eigen-projectors
-    (``P``, ``P_prev``, ``E_m``) are D x D MatrixSymbols; ``D`` is :func:`dim`; ``N_max``,
-    ``m``, ``n``, ``d``, ``L``, ``R``, ``i``, ``T``, ``s``, ``K`` are positive integers; ``t`` is nonnegative; the step sizes
-    ``a_0, a_1, ...`` (and ``b_l``, ``c_l``), ``xi`` and ``trW`` are real; everything else is a positive real symbol.
+    Matrix parameters (``Lambda``, ``Lambda_q``, ``M``, ``A``, ``Sigma``, ``W_Q``, ``W_K``,
+    ``W_QK``) and the eigen-projectors (``P``, ``P_prev``, ``E_m``) are D x D MatrixSymbols;
+    ``D`` is :func:`dim`; ``N_max``, ``m``, ``n``, ``d``, ``L``, ``R``, ``i``, ``T``, ``s``, ``K``
+    are positive integers; ``t`` is nonnegative; the step sizes ``a_0, a_1, ...`` (and ``b_l``,
+    ``c_l``), ``xi`` and ``trW`` are real; everything else is a positive real symbol.
     """
     import sympy as sp
 

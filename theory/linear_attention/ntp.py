@@ -80,7 +80,8 @@ def derive_global_min_loss():
 
     if not loss_is_linear_in_inverse_length():
         raise ValueError("N: the loss is not affine in 1/N; the length average is not a substitution")
-    s = merged.global_min_summand().xreplace({_sym("trLambda"): trace_symbol(1), variables().N: 1 / derive_inv_length_mean()})
+    s = merged.global_min_summand().xreplace({_sym("trLambda"): trace_symbol(1),
+                                              variables().N: 1 / derive_inv_length_mean()})
     return sp.Trace(from_spectral(sp.factor(s), variables().Lam, _sym("lam")))
 
 
@@ -138,7 +139,8 @@ def printed_saddle_loss():
     v = variables()
     nu = sp.harmonic(_sym("N_max")) / _sym("N_max")
     I = sp.Identity(v.D)
-    return sp.Trace(v.Lam) - sp.Trace(_sym("P") * v.Lam * sp.Inverse(I + nu * (I + sp.Trace(v.Lam) * sp.Inverse(v.Lam))))
+    inner = sp.Inverse(I + nu * (I + sp.Trace(v.Lam) * sp.Inverse(v.Lam)))
+    return sp.Trace(v.Lam) - sp.Trace(_sym("P") * v.Lam * inner)
 
 
 register(ClosedForm(

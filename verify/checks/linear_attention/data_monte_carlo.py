@@ -3,7 +3,8 @@
 Contains
 --------
 ``linear_attention.data.mc_moments``
-    Monte Carlo of the in-context moments E[Lhat], E[Lhat^2], E[beta beta^T], E[y_q z], E[z z^T], E[y_q^2] and E[x x^T A x x^T]
+    Monte Carlo of the in-context moments E[Lhat], E[Lhat^2], E[beta beta^T], E[y_q z], E[z z^T], E[y_q^2] and E[x x^T
+    A x x^T]
 """
 
 from __future__ import annotations

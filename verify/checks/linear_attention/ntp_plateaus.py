@@ -3,7 +3,8 @@
 Contains
 --------
 ``linear_attention.ntp.mc_plateaus``
-    Next-token loss (eq. 23) with uniform context lengths: the zero plateau tr Lambda, the minimum eq. 26 at the eq.-25 predictor, and least squares over all positions
+    Next-token loss (eq. 23) with uniform context lengths: the zero plateau tr Lambda, the minimum eq. 26 at the
+    eq.-25 predictor, and least squares over all positions
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Contains
 --------
 ``linear_attention.ntp.mc_saddles``
-    Monte Carlo next-token loss (eq. 23, lengths 1..N_max = 8, D = 3) of the fixed points with E(1/N) against eq. 26, m = 0..D
+    Monte Carlo next-token loss (eq. 23, lengths 1..N_max = 8, D = 3) of the fixed points with E(1/N) against eq. 26,
+    m = 0..D
 """
 
 from __future__ import annotations

@@ -236,7 +236,8 @@ def _scalar_drop_times(lam, a, v0, levels, mo, E, T):
     ode = theory.get("linear_attention.separate.scalar_ode_rhs")
     sols = []
     for d in range(lam.size):
-        f = lambda t, y, d=d: np.atleast_1d(ode(v=max(float(y[0]), 0.0), lam=lam[d], a=a[d], tau=TAU))
+        def f(t, y, d=d):
+            return np.atleast_1d(ode(v=max(float(y[0]), 0.0), lam=lam[d], a=a[d], tau=TAU))
         r = solve_ivp(f, (0.0, T), [v0[d]], method="LSODA", rtol=RTOL, atol=1e-14, dense_output=True)
         sols.append(r.sol)
 
@@ -331,7 +332,8 @@ def flow_staircase(ctx):
                   "heads are O(w_init) and enter M at O(w_init^2..3); spec measured 2e-9) and M "
                   "there is M_{1..m} to 1e-2 of ||M_D|| (drops in order e_1..e_D; the last is the "
                   "final M = M_D); eq. 82 conserved to 1e-8 (rtol 1e-10). Aligned start "
-                  "(v(0) = 1e-3): the spec's printed levels for (0.4,0.3,0.2,0.1) to their 6-digit rounding (5e-7); full-flow drop times = per-head eq. 21 to 1e-5 (exact there; "
+                  "(v(0) = 1e-3): the spec's printed levels for (0.4,0.3,0.2,0.1) to their 6-digit rounding (5e-7); "
+                  "full-flow drop times = per-head eq. 21 to 1e-5 (exact there; "
                   "both at rtol 1e-10) and = eq. 71 to 1e-2 (leading order; correction "
                   "O(v(0)/v*) ~ 1e-3)",
         controls=[Control("N -> inf plateau levels sum_{d>m} lambda_d", ctrl_round / 1e-3, 1.0,
@@ -354,7 +356,8 @@ def flow_staircase(ctx):
                               "(dotted: v* = (λ/a)^(1/3))",
                      "series": [_series(ra.t[1:], np.abs(ra.v[1:, i]), f"head {i + 1} (e_{i + 1}), exact flow", "-")
                                 for i in range(H)]
-                     + [{**_series(t_ode[1:], v_ode[1:, i], "scalar ODE eq. 21" if i == 0 else None, "--"), "color": "k"}
+                     + [{**_series(t_ode[1:], v_ode[1:, i], "scalar ODE eq. 21" if i == 0 else None, "--"),
+                         "color": "k"}
                         for i in range(H)]
                      + [{**_series([ra.t[1], Ta], [vs, vs], None, ":"), "color": "0.5"}
                         for vs in (lam / a) ** (1 / 3)]}},

@@ -548,7 +548,8 @@ def torch_softmax_drops(ctx):
     drops the theory says happened, counting as one the crossings that fall in the same or
     adjacent blocks (:func:`resolvable_drops`: at seed 8 of the quick profile the first two
     crossings are 32 time units apart, less than one block of 40, and the block means fall
-    by 0.30 and 0.34 in two consecutive blocks: one peak; over seeds 0-19 the other close pairs are 1.75 and 2 blocks apart and
+    by 0.30 and 0.34 in two consecutive blocks: one peak; over seeds 0-19 the other close pairs
+    are 1.75 and 2 blocks apart and
     the counter separates them). Negative control: the counter on the exact-flow loss of
     the merged model (§3: one abrupt drop) from an eq.-34 start of the same scale gives < 2.
     """

@@ -151,7 +151,8 @@ def mc_gaussian(ctx):
         gauss = np.array([_cf("localization.rho.gaussian", i=k, T=T, trW=trW, trW2=trW2, temperature=lam)
                           for k in i])
         details[f"{name} d={d}, w~N({m},{s}^2) (reported only)"] = {
-            "xi": trW / np.sqrt(trW2), "eta": np.sqrt(trW2) / lam, "max_err_gaussian": float(np.max(np.abs(rho - gauss)))}
+            "xi": trW / np.sqrt(trW2), "eta": np.sqrt(trW2) / lam,
+            "max_err_gaussian": float(np.max(np.abs(rho - gauss)))}
 
     largest = [k for k in err if k.startswith(f"d={dims[-1]},")]
     smallest = [k for k in err if k.startswith(f"d={dims[0]},")]
@@ -220,9 +221,11 @@ def lemma2_limits(ctx):
         predicted="indicators of Lemma 2.1/2.2 with 1/2 at the boundary points; 0 for eta -> infinity",
         discrepancy=disc, tolerance=1e-6,
         criterion="corrected and printed continuum rho at xi = +-1e6, eta = r/|xi| (r = 0.5, 1, 2, 4; theta on a "
-                  "grid 0.005 away from the boundaries plus the boundary points; 1/r exact in binary) within 1e-6 of the registered "
+                  "grid 0.005 away from the boundaries plus the boundary points; 1/r exact in binary) within 1e-6 of "
+                  "the registered "
                   "limit (erf tails at distance >= 0.005: < 1e-100; boundary values are exact erf(0) up to "
-                  "1e-10 cancellation); Lemma 2.4: rho < 1e-6 at eta = 1e9, xi in {-3, 0, 3} (rho = O(1/eta): about 1.4/eta)",
+                  "1e-10 cancellation); Lemma 2.4: rho < 1e-6 at eta = 1e9, xi in {-3, 0, 3} (rho = O(1/eta): about "
+                  "1.4/eta)",
         controls=[Control("printed Lemma 2.1/2.2 indicators (1 at the boundary points)", worst_printed_boundary, 1e-6,
                           expected=gap_indicators),
                   # closed form at eta = 1: deterministic, its own expected value
@@ -260,7 +263,8 @@ def lemma2_uniformity(ctx):
                     worst = max(worst, abs(got - float(fd)) / max(abs(float(fd)), 1e-3))
     # the claim: |rho'| -> 0 as xi -> 0; measured at xi = 1e-8 by central differences of the printed rho
     cf = theory.get("localization.rho.continuum_printed")
-    claim_gap = max(abs(float((cf("numpy", theta=th + 1e-6, xi=1e-8, eta=1.0) - cf("numpy", theta=th - 1e-6, xi=1e-8, eta=1.0))
+    claim_gap = max(abs(float((cf("numpy", theta=th + 1e-6, xi=1e-8, eta=1.0)
+                               - cf("numpy", theta=th - 1e-6, xi=1e-8, eta=1.0))
                               / 2e-6)) for th in (0.25, 0.5, 0.75))
     corr = theory.get("localization.rho.continuum")
     bump = abs(corr(theta=0.5, xi=0.0, eta=1.0) - corr(theta=0.05, xi=0.0, eta=1.0))
@@ -270,7 +274,8 @@ def lemma2_uniformity(ctx):
         predicted="rho'(theta) at xi = 0 non-zero (printed eq. 6 for all theta > 0; corrected off theta = 1/2)",
         discrepancy=worst, tolerance=1e-12,
         criterion="registered derivatives at xi = 0 vs central differences (h = 1e-25, 60 digits) of the continuum "
-                  "forms at theta in {0.1, .., 1}, eta in {0.5, 1, 3}: relative 1e-12 (floor 1e-3 on the scale) (float64 round-off; the "
+                  "forms at theta in {0.1, .., 1}, eta in {0.5, 1, 3}: relative 1e-12 (floor 1e-3 on the scale) "
+                  "(float64 round-off; the "
                   "difference error is O(h^2)); the claim rho' -> 0 is the control",
         # expected: the registered derivative at xi = 0 (eq. 6 printed), and the closed-form bump itself
         controls=[Control("Lemma 2.3's claim |rho'| -> 0 (max |rho'| of printed eq. 6 at xi = 1e-8, eta = 1)",

@@ -5,7 +5,8 @@ Contains
 ``preconditioned_gd.gdpp.mc_gradient_structure``
     GD++ on S: grad_A proportional to Sigma, grad_B to I (Theorem 4); loss vs the exact polynomial
 ``preconditioned_gd.gdpp.mc_gradient_full``
-    Full (P, Q): GD++ critical points (Theorem 4, L = 2) are not critical for every entry (label-label attention [Q_l]_{d+1,d+1}); Theorem 1's optimum (L = 1) is
+    Full (P, Q): GD++ critical points (Theorem 4, L = 2) are not critical for every entry (label-label attention
+    [Q_l]_{d+1,d+1}); Theorem 1's optimum (L = 1) is
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Contains
 --------
 ``preconditioned_gd.gdpp.torch_theorem4``
-    Theorem 4 / Figs. 3-5: Adam on the GD++ transformer (eq. 11) drives B_l to multiples of I and beats preconditioned GD
+    Theorem 4 / Figs. 3-5: Adam on the GD++ transformer (eq. 11) drives B_l to multiples of I and beats preconditioned
+    GD
 """
 
 from __future__ import annotations

@@ -341,7 +341,8 @@ def per_prompt_gradients(ctx, Sigma, n, weights: dict, parametrisation: str, tot
     matrices (torch autograd through :class:`LinearTransformer`, float64).
 
     ``weights``: ``{"A": (L, d, d)}`` (sparse, eq. 8), ``{"A": ..., "B": ...}`` (GD++,
-    eq. 11) or ``{"P": (L, d+1, d+1), "Q": ...}`` (every entry, "full"). Returns ``{name: MeanEstimate}``: by default of each weight's gradient (L, d, d);
+    eq. 11) or ``{"P": (L, d+1, d+1), "Q": ...}`` (every entry, "full"). Returns
+    ``{name: MeanEstimate}``: by default of each weight's gradient (L, d, d);
     with ``stats = {name: fn}``, of ``fn(grads)`` per prompt (``grads``: weight name -> array
     (B, L, d, d); ``fn`` linear, e.g. a projection, so its mean is ``fn`` of the mean gradient).
     """

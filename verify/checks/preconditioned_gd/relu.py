@@ -3,7 +3,8 @@
 Contains
 --------
 ``preconditioned_gd.relu.mc_loss``
-    ReLU attention (Theorem 5): Monte Carlo of the forward pass at A*, 0.8 A*, 1.2 A* and a random A vs f(A) = c ||A||_F^2 + tr A + d; the linear-attention scale is not the minimiser
+    ReLU attention (Theorem 5): Monte Carlo of the forward pass at A*, 0.8 A*, 1.2 A* and a random A vs f(A) = c
+    ||A||_F^2 + tr A + d; the linear-attention scale is not the minimiser
 """
 
 from __future__ import annotations

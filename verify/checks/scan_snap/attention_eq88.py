@@ -112,7 +112,8 @@ def beta_eq88(Ep, theta, M, n, m, printed: bool = False):
             + q0 * sum((1 + theta[k]) * Ep[k, m] for k in others))
 
 
-@check("scan_snap.attention.eq88_beta_sign", aliases=["scan_snap.errata.eq88_beta_sign"], covers=[], method="exact_flow",
+@check("scan_snap.attention.eq88_beta_sign", aliases=["scan_snap.errata.eq88_beta_sign"],
+       covers=[], method="exact_flow",
        title="Theorem 1 (eqs. 83-88): g = Y(e_n - alpha_n) in the basis F; beta_nn' needs -q_0 (1 + theta_n')",
        refutes={"Tian et al. 2023, eq. 88 (proof of Theorem 1, App. D.5)":
                 "The q_0 (1 + theta_n') term of beta_nn' has the wrong sign: expanding eq. 83, "

@@ -104,19 +104,23 @@ def theorem4_ode(ctx):
     controls = [Control("printed B_n = 1/4 ln(C0 + 4 Gamma) (eq. 124), min over t > 0 of |printed - ODE|",
                         float(gap.min()) / tol_exact, 1.0, expected=float(np.abs(Bp - Bc).min()) / tol_exact)]
     controls += [Control(name, v / tol_exact, 1.0, expected=e_ctrl[name] / tol_exact) for name, v in ctrl.items()]
-    controls += [Control("printed eq. 14 scanning form, t <= 0.1 t_0' (relative)", float(rel(pscan)[early].min()) / tol_asym, 1.0,
+    controls += [Control("printed eq. 14 scanning form, t <= 0.1 t_0' (relative)",
+                         float(rel(pscan)[early].min()) / tol_asym, 1.0,
                          expected=float(rel_c(pscan)[early].min()) / tol_asym),
-                 Control("printed eq. 14 snapping form, t >= 100 t_0 (relative)", float(rel(psnap)[far].min()) / tol_asym, 1.0,
+                 Control("printed eq. 14 snapping form, t >= 100 t_0 (relative)",
+                         float(rel(psnap)[far].min()) / tol_asym, 1.0,
                          expected=float(rel_c(psnap)[far].min()) / tol_asym)]
-    t_plot = ts[1:]
+    t_plot = ts[1:].tolist()
     figures = {"theorem4_bn": {
         "kind": "lines", "title": f"Theorem 4: B_n(t) (M={M}, K={K}, eta_Y={eta_Y}, eta_Z={eta_Z}, C0={C0})",
         "xlabel": "t (batch-1 steps)", "ylabel": "B_n(t)", "xscale": "log",
-        "series": [{"label": "ODE (eq. 118-119), averaged", "x": t_plot.tolist(), "y": B.tolist(), "style": "o"},
-                   {"label": "corrected 1/4 ln(1 + 4 Gamma/C0)", "x": t_plot.tolist(), "y": _get("attention.growth")(**kw).tolist()},
-                   {"label": "printed 1/4 ln(C0 + 4 Gamma)", "x": t_plot.tolist(), "y": Bp.tolist(), "style": "--"},
-                   {"label": "ODE, literal class sum", "x": t_plot.tolist(), "y": sims["literal"][1].tolist(), "style": "o"},
-                   {"label": "1/(4K) ln(1 + 4 K Gamma/C0)", "x": t_plot.tolist(), "y": _get("attention.growth_literal")(**kw).tolist(), "style": ":"}]}}
+        "series": [{"label": "ODE (eq. 118-119), averaged", "x": t_plot, "y": B.tolist(), "style": "o"},
+                   {"label": "corrected 1/4 ln(1 + 4 Gamma/C0)", "x": t_plot,
+                    "y": _get("attention.growth")(**kw).tolist()},
+                   {"label": "printed 1/4 ln(C0 + 4 Gamma)", "x": t_plot, "y": Bp.tolist(), "style": "--"},
+                   {"label": "ODE, literal class sum", "x": t_plot, "y": sims["literal"][1].tolist(), "style": "o"},
+                   {"label": "1/(4K) ln(1 + 4 K Gamma/C0)", "x": t_plot,
+                    "y": _get("attention.growth_literal")(**kw).tolist(), "style": ":"}]}}
     return Outcome(
         measured=errs, predicted="corrected closed forms (ODE error only)", discrepancy=disc, tolerance=1.0,
         criterion="max over a log grid t in [1e-3 t_0', 1e6 t_0] of |closed form - ODE| <= 1e-8 for z and B in both "
@@ -388,6 +392,7 @@ def population_signs(ctx):
         details={"K": K, "D": D, "M": classes.M, "steps": steps, "class order": "uniform at random",
                  "burn-in steps": burn, "violations during the burn-in (eta_Z/eta_Y = 0.01)": v_early,
                  "violations / active steps at eta_Z = 10 eta_Y": [v_bad, n_bad],
-                 "Theorem 3 invariant, max rel err of r(t) vs r(0) chi (population model, eta_Z/eta_Y = 0.01)": float(inv),
+                 "Theorem 3 invariant, max rel err of r(t) vs r(0) chi (population model, "
+                 "eta_Z/eta_Y = 0.01)": float(inv),
                  "z_CT(end), z_l0(end)": [float(ok["Z"][m, 0]), float(ok["Z"][m, l0])]},
     )

@@ -93,7 +93,8 @@ def scan_and_snap(ctx):
             "eta_Y=10 ends less sparse (higher DT entropy)": runs["eta_Y=10"]["H"][-1] > runs["eta_Y=1"]["H"][-1]}
     failed = [k for k, v in {**{f"eta_Y=1: {k}": v for k, v in c1.items()},
                              **{f"eta_Y=10: {k}": v for k, v in c10.items()}, **pair}.items() if not v]
-    t0 = {n: float(theory.get("scan_snap.speed.snap_time")(M=M, K=K, eta_Y=e)) for n, e in (("eta_Y=1", 1.0), ("eta_Y=10", 10.0))}
+    t0 = {n: float(theory.get("scan_snap.speed.snap_time")(M=M, K=K, eta_Y=e))
+          for n, e in (("eta_Y=1", 1.0), ("eta_Y=10", 10.0))}
     t0_mom = {n: float(theory.get("scan_snap.speed.snap_time")(M=M, K=K, eta_Y=e / (1 - 0.9)))
               for n, e in (("eta_Y=1", 1.0), ("eta_Y=10", 10.0))}
     details = {"protocol": {**PROTOCOL, "iterations": steps, "init": "zero (W_V = W_K = 0, W_Q = sqrt(d) I)"},
@@ -105,7 +106,8 @@ def scan_and_snap(ctx):
         details[n] = {"H(0), H(mid), H(end)": [float(r["H"][0]), float(r["H"][len(r["H"]) // 2]), float(r["H"][-1])],
                       "CT mass start, end": [float(r["ct_mass"][0]), float(r["ct_mass"][-1])],
                       "top DT entry start, end": [float(r["top_dt"][0]), float(r["top_dt"][-1])],
-                      "loss at 0, 10, end": [float(r["loss"][0]), float(r["loss"][min(10, steps - 1)]), float(r["loss"][-1])],
+                      "loss at 0, 10, end": [float(r["loss"][0]), float(r["loss"][min(10, steps - 1)]),
+                                             float(r["loss"][-1])],
                       "freeze iteration (H within 10% of drop)": tf, "t_0 (batch-1 steps)": t0[n],
                       "freeze / t_0": tf / t0[n],
                       "t_0 at the momentum-amplified eta_Y/(1 - 0.9)": t0_mom[n], "freeze / that t_0": tf / t0_mom[n]}
@@ -127,13 +129,15 @@ def scan_and_snap(ctx):
                   "> 0.01, DT entropy drops by > 0.02 and is frozen in the second half, for eta_Y = 1 and 10; "
                   "eta_Y = 10 freezes no later and ends with higher DT entropy) must be 0",
         # expected: with eta_Z = 0 the attention c_n never moves, so every trend claim of the list fails
-        controls=[Control("frozen attention (eta_Z = 0): failed claims of the same list", float(len(frozen_failed)), 0.0,
+        controls=[Control("frozen attention (eta_Z = 0): failed claims of the same list",
+                          float(len(frozen_failed)), 0.0,
                           expected=float(len(cf)))],
         details=details, figures=figures,
     )
 
 
-@check("scan_snap.attention.torch_fig6_trends", aliases=["scan_snap.torch.fig6_trends"], method="torch", covers=["scan_snap.attention.growth"],
+@check("scan_snap.attention.torch_fig6_trends", aliases=["scan_snap.torch.fig6_trends"],
+       method="torch", covers=["scan_snap.attention.growth"],
        title="Fig. 6 trends with a real 1-layer transformer (qualitative): DT entropy falls with eta_Z, "
              "rises with eta_Y/eta_Z")
 def fig6_trends(ctx):
@@ -186,14 +190,16 @@ def fig6_trends(ctx):
                   "ratio, and strictly increases along each step of eta_Y/eta_Z at every eta_Z (Fig. 6); failed "
                   "orderings = 0. Adjacent eta_Z steps are reported, not required: at a large ratio the snap "
                   "ends the attention growth inside the run and the entropy depends on the ratio alone (a predicted "
-                  "tie, measured as a small reversal at ratio 10, eta_Z 2 -> 3). The median, not the mean: at eta_Z = 2, eta_Y = 20 "
+                  "tie, measured as a small reversal at ratio 10, eta_Z 2 -> 3). The median, not the mean: at eta_Z "
+                  "= 2, eta_Y = 20 "
                   "one run in about 24 ends low (1.85-1.97 against a median of 2.07; eta_Y = eta_Z = 2: 1.82-1.91), "
                   "and two-seed means failed at 1 of 20 run seeds",
         # expected: frozen attention keeps every entropy at its initial value (the same start per seed
         # across the grid), so every strict ordering fails
         controls=[Control("attention frozen (eta_Z = 0): failed orderings of the same grid", float(len(bad_f)), 0.0,
                           expected=float(len(ratios) + len(eta_Zs) * (len(ratios) - 1)))],
-        details={"protocol": {**PROTOCOL, "init": "zero (W_V = W_K = 0, W_Q = sqrt(d) I)", "data": "Syn-Small, shared query",
+        details={"protocol": {**PROTOCOL, "init": "zero (W_V = W_K = 0, W_Q = sqrt(d) I)",
+                              "data": "Syn-Small, shared query",
                               "seeds": seeds}, "eta_Z": eta_Zs, "eta_Y/eta_Z": ratios,
                  "adjacent eta_Z steps that do not decrease (reported)": adjacent_eta_Z(mean),
                  "per-seed entropies": H.tolist(), "frozen-attention entropies": mean_f.tolist(),

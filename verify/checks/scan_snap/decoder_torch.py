@@ -17,7 +17,8 @@ from verify.models.scan_snap import OneLayerTransformer, syn_small
 from .attention_torch import _threads
 
 
-@check("scan_snap.decoder.torch_zero_init_loss", aliases=["scan_snap.torch.zero_init_loss"], method="torch", covers=["scan_snap.decoder.alpha_correct"],
+@check("scan_snap.decoder.torch_zero_init_loss", aliases=["scan_snap.torch.zero_init_loss"],
+       method="torch", covers=["scan_snap.decoder.alpha_correct"],
        title="1-layer transformer at zero initialisation: cross-entropy = ln M = -ln alpha_nn(1)")
 def zero_init_loss(ctx):
     import torch

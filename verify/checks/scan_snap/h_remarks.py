@@ -53,7 +53,8 @@ def decoder_rows(F: np.ndarray, eta_Y: float, epochs: int, order: str) -> np.nda
     return F.T @ Y
 
 
-@check("scan_snap.h.remark1_effective_rate", aliases=["scan_snap.errata.remark1_effective_rate"], covers=["scan_snap.h.discrete"], method="exact_flow",
+@check("scan_snap.h.remark1_effective_rate", aliases=["scan_snap.errata.remark1_effective_rate"],
+       covers=["scan_snap.h.discrete"], method="exact_flow",
        title="Remark 1 (eq. 43): equal overlaps rho, K = M: h* iterated at (1 - rho) eta_Y, not (1 - rho) h*",
        refutes={"Tian et al. 2023, Remark 1, eq. 43 (App. D.2)":
                 "With equal overlaps f_n^T f_n' = rho the rows obey w_n' += eta_Y (1 - rho)(e_n - alpha_n) "

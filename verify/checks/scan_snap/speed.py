@@ -34,7 +34,8 @@ def gamma_integral(ctx):
     cases = ctx.pick(quick=cases, full=cases + [(100, 20, 0.1, 0.5), (5000, 50, 2.0, 1.0)])
     rel, ctrl, peak_err, details = 0.0, 0.0, 0.0, {}
     for M, K, eta, etaZ in cases:
-        g = lambda s: _cf("scan_snap.speed.gamma", t=s, M=M, K=K, eta_Y=eta)
+        def g(s):
+            return _cf("scan_snap.speed.gamma", t=s, M=M, K=K, eta_Y=eta)
         tp = K * math.log(M) / eta if M > 1 else K / eta
         ends = tp * np.array([0.1, 1.0, 10.0, 1e3, 1e6])
         # quadrature on log-spaced panels (gamma is smooth; the tail decays like ln t/t)
@@ -110,7 +111,8 @@ def asymptotics(ctx):
             if not np.all(np.exp(u2) >= np.maximum(M - 1, (M - 1) * u2)):
                 failures.append(f"stage 2 at {kw}")
             # gamma against its stages: ratio -> 1 at both ends, with the derived error terms
-            g = lambda t: _cf("scan_snap.speed.gamma", t=t, **kw)
+            def g(t):
+                return _cf("scan_snap.speed.gamma", t=t, **kw)
             small = tp * np.array([1e-4, 1e-3])
             lin = np.array([g(t) / _cf("scan_snap.speed.gamma_linear", t=t, **kw) for t in small])
             # relative error of the linear stage: h = eta t/(K M) (1 - u/(2M)) and (M-1) + e^u = M (1 + u/M):
@@ -134,7 +136,8 @@ def asymptotics(ctx):
             ratio_printed_t0[f"M={M}, K={K}, eta_Y={eta}"] = pr
             details[f"M={M}, K={K}, eta_Y={eta}"] = {
                 "t_0'": tp, "t_A": tA, "t_B": tB, "t_0": t0, "t_B/t_0": r, "(M-1)/M": (M - 1) / M,
-                "gamma/(eta t/K) at 0.1 t_0', 0.5 t_0', t_0'": [g(c * tp) / (eta * c * tp / K) for c in (0.1, 0.5, 1.0)],
+                "gamma/(eta t/K) at 0.1 t_0', 0.5 t_0', t_0'": [g(c * tp) / (eta * c * tp / K)
+                                                                for c in (0.1, 0.5, 1.0)],
                 "gamma/Lemma 9 form at t_0, 10 t_0, 1e3 t_0": [
                     g(c * t0) / (K * math.log(M * eta * c * t0 / K) / (eta * c * t0)) for c in (1, 10, 1e3)],
                 "gamma/printed Theorem 1(b) at t_0, 1e6 t_0": [pr, g(1e6 * t0) / _cf(
@@ -168,7 +171,8 @@ def asymptotics(ctx):
                   "gamma/(Lemma 9 log stage) - 1 within twice its first-order terms at 1e4, 1e6 t_0; "
                   "t_B/t_0 = (M-1)/M - 1/(2 M u_hi) to 1e-12; Lemma 9's stage inequalities on "
                   "[1e-3 t_0', t_0'] (t >= 1) and [t_0, 1e6 t_0]; Corollary 1's discrete step count inside "
-                  "the bracket Lemma 7 implies around the sharp count, and below the paper's bound. Theorem 1(b)'s printed "
+                  "the bracket Lemma 7 implies around the sharp count, and below the paper's bound. Theorem 1(b)'s "
+                  "printed "
                   "form is held to the same allowance at the same points (control)",
         controls=[Control("Theorem 1(b) printed K ln(eta_Y t/K)/(eta_Y t) at 1e4, 1e6 t_0 (scaled error)",
                           ctrl_printed, 1.0, expected=e_printed)],

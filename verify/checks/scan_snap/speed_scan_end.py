@@ -19,7 +19,8 @@ from .attention_eq88 import _cf
 # =====================================================================================
 # Eq. 52
 # =====================================================================================
-@check("scan_snap.speed.eq52_scan_end", aliases=["scan_snap.errata.eq52_scan_end"], covers=["scan_snap.speed.scan_end", "scan_snap.speed.scan_time"],
+@check("scan_snap.speed.eq52_scan_end", aliases=["scan_snap.errata.eq52_scan_end"],
+       covers=["scan_snap.speed.scan_end", "scan_snap.speed.scan_time"],
        method="exact_flow",
        title="Eq. 52: t_A > ln M/eta_Y holds for 5 <= M <= 1e4 and fails for M = 2, 3, 4",
        refutes={"Tian et al. 2023, Lemma 9, eq. 52 (App. D.3)":
