@@ -106,3 +106,17 @@ def rel_err(a, b, scale: float = 0.0) -> float:
     a, b = np.asarray(a, float), np.asarray(b, float)
     denom = max(float(np.max(np.abs(b))) if b.size else 0.0, float(scale), 1e-300)
     return float(np.max(np.abs(a - b)) / denom) if a.size else 0.0
+
+
+def chunks(total: int, chunk: int):
+    """Batch sizes ``chunk, chunk, ..., rest`` summing to ``total`` (bounded memory per batch)."""
+    while total > 0:
+        yield min(chunk, total)
+        total -= chunk
+
+
+def evaluate(id: str, **params):
+    """The numpy value of closed form ``id`` at ``params``: ``theory.get(id)(**params)``."""
+    import theory
+
+    return theory.get(id)(**params)

@@ -14,13 +14,14 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.stats import batch_mean, rel_frobenius, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import (
     CHUNK,
     random_covariance,
     sample_task,
 )
 
-from .merged_monte_carlo import EIGENVALUES, N_SMALL, _cf, _schedule
+from .merged_monte_carlo import EIGENVALUES, N_SMALL, _schedule
 
 
 def _max_abs_z(mean, se, predicted) -> float:

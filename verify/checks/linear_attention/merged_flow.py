@@ -30,6 +30,7 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.flows import merged as fm
+from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import random_covariance
 
 #: The paper's Figs. 1-3 setting.
@@ -44,8 +45,6 @@ _FIG_POINTS = 400
 _FIG_MARKERS = 80
 
 
-def _cf(id: str, **kwargs):
-    return theory.get(id)(**kwargs)
 
 
 def _series(x, y, label: str, style: str = "-") -> dict:

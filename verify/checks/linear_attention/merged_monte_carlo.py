@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import theory
 from verify import Control, Outcome, check
 from verify.stats import batch_mean, rel_frobenius, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import (
     CHUNK,
     random_covariance,
@@ -53,8 +53,6 @@ EIGENVALUES = (1.0, 0.5, 0.2)
 N_SMALL = 5
 
 
-def _cf(id: str, **kwargs):
-    return theory.get(id)(**kwargs)
 
 
 def _vec(M: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.stats import evaluate as _cf
 from verify.stats import rel_max, z_threshold
 
 #: Spectrum of the Fig.-1 covariance (the paper does not print it; the authors' public code
@@ -34,8 +35,6 @@ ROUNDOFF_RTOL = 1e-12
 HALF_TIME_RTOL = 0.05
 
 
-def _cf(id: str, **kwargs):
-    return theory.get(id)(**kwargs)
 
 
 

@@ -13,13 +13,14 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.stats import batch_mean, rel_frobenius, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import (
     CHUNK,
     random_covariance,
     sample_sequences,
 )
 
-from .merged_monte_carlo import EIGENVALUES, _cf, _schedule, _ScoreLeastSquares, _unvec, _vec
+from .merged_monte_carlo import EIGENVALUES, _schedule, _ScoreLeastSquares, _unvec, _vec
 
 #: Largest context length of the next-token check (spec §5.10).
 N_MAX = 8

@@ -13,9 +13,10 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.stats import batch_mean, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import iter_sequences, random_covariance
 
-from .separate_dynamics import _cf, _saddles
+from .separate_dynamics import _saddles
 
 
 # -- (c) next-token saddles ------------------------------------------------------------------

@@ -35,6 +35,7 @@ import theory
 from verify import Control, Outcome, check
 from verify.flows import separate as fs
 from verify.stats import batch_mean, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import iter_tasks, random_covariance
 
 #: Fig.-1 / Fig.-3 spectrum and context length.
@@ -45,8 +46,6 @@ RTOL = 1e-10
 _FIG_POINTS = 500
 
 
-def _cf(id: str, **kwargs):
-    return theory.get(id)(**kwargs)
 
 
 def _series(x, y, label: str, style: str = "-") -> dict:

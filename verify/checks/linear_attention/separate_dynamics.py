@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import theory
 from verify import Control, Outcome, check
 from verify.flows import separate as fs
+from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import random_covariance
 
 #: Fig.-1 / Fig.-3 spectrum and context length.
@@ -51,8 +51,6 @@ LONG_FRACTION = 0.1
 GROWN_V = 0.1
 
 
-def _cf(id: str, **kwargs):
-    return theory.get(id)(**kwargs)
 
 
 def _saddles(Lam, N, D):

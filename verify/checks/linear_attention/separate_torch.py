@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import theory
 from verify import Control, Outcome, check
+from verify.stats import evaluate as _cf
 from verify.stats import rel_max
 
 #: Round-off tolerance of the forward identities (relative to the largest |yhat|).
@@ -49,8 +49,6 @@ WINDOW = 0.05
 RUN_PAST_LAST_DROP = 1.4
 
 
-def _cf(id: str, **kwargs):
-    return theory.get(id)(**kwargs)
 
 
 

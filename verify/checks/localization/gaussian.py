@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import theory
 from verify import Control, Outcome, check
 from verify.stats import batch_mean, z_threshold
+from verify.stats import evaluate as _cf
+from verify.stats import max_abs_z as _max_abs_z
 from verify.tasks.in_context_regression import random_covariance, random_orthogonal
 
 #: Spectrum of Sigma (random eigenvectors) and the chunk of samples drawn at once.
@@ -38,12 +39,8 @@ _IDS = ("localization.gaussian.quadratic_mean", "localization.gaussian.second_mo
         "localization.gaussian.cubic_moment", "localization.gaussian.quartic_moment")
 
 
-def _cf(id, **kw):
-    return theory.get(id)(**kw)
 
 
-def _max_abs_z(est, predicted) -> float:
-    return float(np.max(np.abs(est.z(predicted))))
 
 
 @check("localization.gaussian.mc_moments",

@@ -13,9 +13,8 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.stats import batch_mean, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.random_walk import anisotropic_covariance, iter_walks, symmetric_qk, traces
-
-from .u import _cf
 
 # =====================================================================================
 # Lemma 4 and eq. 22 by Monte Carlo

@@ -26,6 +26,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.stats import evaluate as _cf
 from verify.tasks.random_walk import (
     anisotropic_covariance,
     iter_walks,
@@ -40,8 +41,6 @@ from verify.tasks.random_walk import (
 GAUSSIAN_BOUND = 0.05
 
 
-def _cf(id, **kw):
-    return theory.get(id)(**kw)
 
 
 def _imhof_interval(weights, lo: float, hi: float, tail: float = 1e-7) -> float:

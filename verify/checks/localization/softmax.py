@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
-
-from .u import _cf
+from verify.stats import evaluate as _cf
 
 
 # =====================================================================================

@@ -32,6 +32,7 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.stats import batch_mean, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.random_walk import (
     anisotropic_covariance,
     iter_walks,
@@ -40,10 +41,6 @@ from verify.tasks.random_walk import (
     symmetric_qk,
     traces,
 )
-
-
-def _cf(id, **kw):
-    return theory.get(id)(**kw)
 
 
 # =====================================================================================

@@ -31,6 +31,7 @@ import itertools
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.stats import rel_max as _rel
 
 #: Relative round-off tolerance of the exact forward identities (see each criterion).
 ROUNDOFF_RTOL = 1e-12
@@ -44,9 +45,6 @@ def _setup(ctx, n: int, batch: int):
     return Sigma, prompts
 
 
-def _rel(a, b) -> float:
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
 def _random_layers(rng, L: int, d: int, scale: float) -> np.ndarray:

@@ -15,10 +15,11 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.models.linear_transformer import general_layers, sparse_layers
+from verify.stats import evaluate as _cf
 from verify.stats import z_threshold
 from verify.tasks.preconditioned_gd import distorted_covariance
 
-from .multi_layer import D_PAPER, N_PAPER, OPT_LOSS, STEPS, _cf, _mc_transformer_loss, per_prompt_gradients
+from .multi_layer import D_PAPER, N_PAPER, OPT_LOSS, STEPS, _mc_transformer_loss, per_prompt_gradients
 
 GDPP = "preconditioned_gd.gdpp.loss"
 

@@ -44,7 +44,8 @@ import theory
 from theory.preconditioned_gd.wishart import matching_counts
 from verify import Control, Outcome, check
 from verify.models.linear_transformer import general_layers, predict, sparse_layers
-from verify.stats import batch_mean, z_threshold
+from verify.stats import batch_mean, chunks, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.preconditioned_gd import Prompts, distorted_covariance, sample_prompts
 
 #: The paper's sizes (§4.3): context length and dimension.
@@ -67,18 +68,10 @@ OPT_LOSS = "preconditioned_gd.multi_layer.optimal_loss"
 GRAD = "preconditioned_gd.multi_layer.gradient_scales"
 
 
-def _cf(id: str, **kwargs):
-    return theory.get(id)(**kwargs)
 
 
-def _chunks(total: int, chunk: int = CHUNK):
-    while total > 0:
-        yield min(chunk, total)
-        total -= chunk
 
 
-def _max_abs_z(est, predicted) -> float:
-    return float(np.max(np.abs(est.z(predicted))))
 
 
 def planar_moments(n: int, d: int, K: int = 6) -> np.ndarray:
@@ -202,7 +195,7 @@ def spectral_reduction(ctx):
 def _mc_transformer_loss(rng, Sigma, n, A_list, total, task="inverse", B_list=None):
     P, Q = sparse_layers(A_list) if B_list is None else general_layers(A_list, B_list)
     acc = batch_mean()
-    for size in _chunks(total):
+    for size in chunks(total, CHUNK):
         pr = sample_prompts(rng, Sigma, n, size, task=task)
         acc.add((predict(pr.tokens(), P, Q) - pr.target) ** 2)
     return acc.result()
@@ -369,7 +362,7 @@ def per_prompt_gradients(ctx, Sigma, n, weights: dict, parametrisation: str, tot
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is several times faster than two
     try:
-        for size in _chunks(total, 10_000):
+        for size in chunks(total, 10_000):
             batch = sample_tokens_torch(None, n, size, generator=gen, task="inverse", chol=chol)
             g = per_grad(params, batch.Z, batch.y_q)
             g = {k: v.detach().numpy() for k, v in g.items()}

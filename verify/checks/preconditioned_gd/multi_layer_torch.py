@@ -34,15 +34,13 @@ from __future__ import annotations
 
 import numpy as np
 
-import theory
 from verify import Control, Outcome, check
 from verify.stats import batch_mean, z_threshold
+from verify.stats import evaluate as _cf
 
 N_CONTEXT, DIM = 20, 5
 
 
-def _cf(id: str, **kwargs):
-    return theory.get(id)(**kwargs)
 
 
 def _sqrt_psd(Sigma: np.ndarray, power: float) -> np.ndarray:

@@ -16,10 +16,11 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.models.linear_transformer import predict
-from verify.stats import batch_mean, z_threshold
+from verify.stats import batch_mean, chunks, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.preconditioned_gd import sample_prompts
 
-from .single_layer import _cf, _chunks, _z
+from .single_layer import _z
 
 
 # -- (d') ReLU attention (Theorem 5) ---------------------------------------------------------------------
@@ -69,7 +70,7 @@ def relu_mc_loss(ctx):
                 "random A": 0.6 * rng.standard_normal((d, d)), "linear-attention scale": a_lin * np.eye(d)}
         layers = {k: _relu_layer(d, A) for k, A in mats.items()}
         est = batch_mean()
-        for k in _chunks(total, 10_000):
+        for k in chunks(total, 10_000):
             pr = sample_prompts(rng, np.eye(d), n, k)
             Z0 = pr.tokens()
             e = {name: (predict(Z0, P, Q, activation="relu") - pr.target) ** 2 for name, (P, Q) in layers.items()}

@@ -31,7 +31,8 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.models.linear_transformer import predict, sparse_layers
-from verify.stats import batch_mean, rel_frobenius, z_threshold
+from verify.stats import batch_mean, chunks, rel_frobenius, z_threshold
+from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import random_orthogonal
 from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance, sample_prompts
 
@@ -46,13 +47,6 @@ CHUNK = 50_000
 SMALL_EIGENVALUES = (2.0, 0.5, 0.1)
 
 
-def _cf(id: str, **kwargs):
-    return theory.get(id)(**kwargs)
-
-
-def _chunks(total: int, chunk: int = CHUNK):
-    full, rest = divmod(int(total), chunk)
-    return [chunk] * full + ([rest] if rest else [])
 
 
 def _predict_sparse(Z0: np.ndarray, A: np.ndarray) -> np.ndarray:
@@ -103,7 +97,7 @@ def mc_optimum(ctx):
             alts["plain GD, best step (gamma I)"] = _best_scalar(loss, Sigma, n, np.eye(d)) * np.eye(d)
             alts["Sigma^{-1} preconditioning, best step"] = _best_scalar(loss, Sigma, n, Sinv) * Sinv
         est = batch_mean()
-        for k in _chunks(total):
+        for k in chunks(total, CHUNK):
             pr = sample_prompts(rng, Sigma, n, k)
             Z0 = pr.tokens()
             e_opt = (_predict_sparse(Z0, G) - pr.target) ** 2
@@ -167,7 +161,7 @@ def mc_perturbation(ctx):
     }
     total = ctx.pick(quick=300_000, full=3_000_000)
     est = batch_mean()
-    for k in _chunks(total):
+    for k in chunks(total, CHUNK):
         pr = sample_prompts(rng, Sigma, n, k)
         Z0 = pr.tokens()
         e0 = (_predict_sparse(Z0, G) - pr.target) ** 2
@@ -269,12 +263,12 @@ def lifted_least_squares(ctx):
            "n/(n+d+1) Sigma^-1 (Theorem-3 model)": _gamma_coefficients(n / (n + d + 1) * Sinv)}
     train = ctx.pick(quick=300_000, full=2_000_000)
     ls = _SandwichLS(hyp)
-    for k in _chunks(train, 25_000):
+    for k in chunks(train, 25_000):
         pr = sample_prompts(rng, Sigma, n, k)
         ls.add(_lifted_features(pr), pr.target)
     m_hat = ls.fit()
     held = batch_mean()
-    for k in _chunks(train, 25_000):
+    for k in chunks(train, 25_000):
         pr = sample_prompts(rng, Sigma, n, k)
         X = _lifted_features(pr)
         e_ls = (X @ m_hat - pr.target) ** 2
@@ -334,7 +328,7 @@ def mc_inverse_task(ctx):
         f_star = _cf(f"{TOPIC}.optimal_loss_inverse_task", d=d, n=n)
         # a 10% larger step: tests that the optimum is a minimum along its own direction
         est = batch_mean()
-        for k in _chunks(total):
+        for k in chunks(total, CHUNK):
             pr = sample_prompts(rng, Sigma, n, k, task="inverse")
             Z0 = pr.tokens()
             e = (_predict_sparse(Z0, G) - pr.target) ** 2

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
-from verify.stats import batch_mean, z_threshold
+from verify.stats import batch_mean, chunks, z_threshold
+from verify.stats import evaluate as _cf
 
-from .multi_layer import D_PAPER, N_PAPER, _cf, _chunks, planar_moments
+from .multi_layer import D_PAPER, N_PAPER, planar_moments
 
 MOMENTS = "preconditioned_gd.wishart.trace_moments"
 
@@ -36,7 +37,7 @@ def mc_trace_moments(ctx):
     e_m3, e_planar = [], []  # expected control z: |wrong - true closed form| / measured s.e.
     for n, d in configs:
         acc = batch_mean()
-        for size in _chunks(total, 50_000):
+        for size in chunks(total, 50_000):
             s = white_spectra(ctx.rng, n, d, size)
             acc.add((s[:, :, None] ** k).sum(axis=1))
         est = acc.result()

@@ -28,14 +28,11 @@ import math
 
 import numpy as np
 
-import theory
 from verify import Control, Outcome, check
 
 EPS = np.finfo(float).eps
 
 
-def _cf(id, **kw):
-    return theory.get(id)(**kw)
 
 
 def zeta(M: int) -> np.ndarray:

@@ -29,15 +29,13 @@ import math
 
 import numpy as np
 
-import theory
 from theory.scan_snap.h import h_continuous, trajectory
 from verify import Control, Outcome, check
+from verify.stats import evaluate as _cf
 
 EPS = np.finfo(float).eps
 
 
-def _cf(id, **kw):
-    return theory.get(id)(**kw)
 
 
 def _h(t, M, eta):

@@ -16,8 +16,9 @@ import numpy as np
 
 from theory.scan_snap.h import trajectory
 from verify import Control, Outcome, check
+from verify.stats import evaluate as _cf
 
-from .attention_eq88 import _cf, softmax, zeta
+from .attention_eq88 import softmax, zeta
 
 
 # =====================================================================================

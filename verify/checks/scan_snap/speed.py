@@ -17,8 +17,9 @@ from scipy import integrate, optimize
 
 from theory.scan_snap.h import trajectory
 from verify import Control, Outcome, check
+from verify.stats import evaluate as _cf
 
-from .h import _cf, _h
+from .h import _h
 
 
 # =====================================================================================

@@ -12,8 +12,7 @@ import mpmath
 import numpy as np
 
 from verify import Control, Outcome, check
-
-from .attention_eq88 import _cf
+from verify.stats import evaluate as _cf
 
 
 # =====================================================================================
