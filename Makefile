@@ -22,10 +22,15 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install test test-all test-latest lock verify bench docs clean
 
-$(STAMP): pyproject.toml constraints.txt
+# the example plug-in (a fifth paper as its own package, docs/adding-a-paper.md) is installed too,
+# so that its entry points are real for the tests and the documentation
+EXAMPLE := examples/saxe_linear_network
+
+$(STAMP): pyproject.toml constraints.txt $(EXAMPLE)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --quiet --upgrade pip
 	$(PIP) --quiet --editable ".[all]" --group dev
+	$(PIP) --quiet --no-deps --editable $(EXAMPLE)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -44,6 +49,7 @@ test-latest:
 	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
 	$(LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager \
 		--constraint $(LATEST)/torch-pin.txt --editable ".[all]" --group dev
+	$(LATEST)/bin/python -m pip install --quiet --no-deps --editable $(EXAMPLE)
 	$(LATEST)/bin/python -m pip freeze --exclude-editable | sed -E 's/\+[^+]*$$//' | sort -f > $(LATEST)/versions.txt
 	@echo "newer than constraints.txt:"
 	@grep -vE '^(#|pip==)' constraints.txt | sort -f | diff - $(LATEST)/versions.txt | grep '^>' || echo "  nothing"

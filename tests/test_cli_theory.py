@@ -225,10 +225,13 @@ def test_dps_at_the_bound_is_accepted(capsys):
 def test_show_names_the_defining_module_and_a_runnable_example(cf_id, capsys):
     """``show`` says where the record is defined (``theory/<topic>/<part>.py``) and gives an
     ``eval`` command whose output, run as printed, is the value it shows."""
+    from theory.papers import topics
+
     topic, part, _ = cf_id.split(".")
+    package = topics()[topic].package  # theory.<topic>, or a plug-in's topic package
     assert cli.main(["show", cf_id, "--no-compare"]) == 0
     out = capsys.readouterr().out
-    assert f"defined in: theory.{topic}.{part} (theory/{topic}/{part}.py:" in out
+    assert f"defined in: {package}.{part} ({package.replace('.', '/')}/{part}.py:" in out
     example = out[out.index("\nExample\n"):].splitlines()
     command = next(line.strip() for line in example if line.strip().startswith("python -m theory eval"))
     shown = json.loads(next(line.strip() for line in example if line.strip().startswith('{"id"')))

@@ -76,8 +76,11 @@ DEFAULTS = _defaults()
 
 
 def _default(p):
-    """Default value for parameter ``p``: by (name, kind) where a name has two kinds, else by name."""
-    return DEFAULTS.get((p.name, p.kind), DEFAULTS.get(p.name))
+    """Default value for parameter ``p``: its own example value where it declares one (a plug-in's
+    parameters), else the table above by (name, kind) or by name, else the example of its kind."""
+    if p.example_value is not None:
+        return p.example()
+    return DEFAULTS.get((p.name, p.kind), DEFAULTS.get(p.name, p.example()))
 
 
 def params_of(cf, **override):

@@ -15,9 +15,23 @@ expression on first use (``cf.expr``), and emit numpy / mpmath / torch functions
 ``import theory`` is cheap: sympy is imported only when a record is first used.
 
 Command line: ``python -m theory list | show ID | eval ID --json '{...}'``.
+
+Extension API
+-------------
+A paper is a topic package: its ``__init__`` declares ``PAPER = Paper(...)`` and its modules
+call :func:`register` with :class:`ClosedForm` records whose parameters are :class:`Param`
+objects (made with :func:`positive`, :func:`nonnegative`, :func:`real`, :func:`index`,
+:func:`covariance`, :func:`matrix`, :func:`vector`, :func:`subset`, :func:`steps`) and whose
+expressions use the shared symbols of :func:`sym`. Built-in topics live in ``theory/<topic>/``;
+an installed package adds one through the entry-point group ``attention_dynamics_theory.topics``
+(:data:`TOPICS_GROUP`); see ``docs/adding-a-paper.md`` and ``examples/saxe_linear_network``.
 """
 
-from .params import Param
-from .registry import ClosedForm, get, ids, records
+from .papers import CHECKS_GROUP, PAPERS, TOPICS_GROUP, Paper, PluginError, paper_of
+from .params import Param, covariance, index, matrix, nonnegative, positive, real, steps, subset, vector
+from .registry import ClosedForm, get, ids, records, register
+from .symbols import sym
 
-__all__ = ["ClosedForm", "Param", "get", "ids", "records"]
+__all__ = ["ClosedForm", "Param", "Paper", "PAPERS", "PluginError", "TOPICS_GROUP", "CHECKS_GROUP", "get",
+           "ids", "records", "register", "paper_of", "sym", "covariance", "index", "matrix", "nonnegative",
+           "positive", "real", "steps", "subset", "vector"]

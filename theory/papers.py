@@ -1,41 +1,217 @@
-"""The papers the toolkit covers, keyed by the first part of a closed-form id.
+"""The papers the toolkit covers, keyed by topic (the first part of a closed-form id).
 
-One place for the bibliographic line of each topic, used by the documentation pages, the
-errata page and the report.
+A topic is a package that declares its paper once, in its ``__init__.py``::
+
+    from theory import Paper
+
+    PAPER = Paper(authors=("Saxe", "McClelland", "Ganguli"), year=2014,
+                  title="Exact solutions to the nonlinear dynamics of learning in deep linear neural networks",
+                  venue="ICLR 2014", arxiv="1312.6120")
+
+The topics are discovered, never listed:
+
+* built in: every subpackage ``theory.<topic>`` whose ``__init__`` defines ``PAPER``; the topic
+  is the package's name;
+* installed plug-ins: every entry point of the group :data:`TOPICS_GROUP`
+  (``attention_dynamics_theory.topics``); the entry point's name is the topic, its value the
+  topic package (``my_topic = "my_package.my_topic"``), whose ``__init__`` defines ``PAPER``.
+
+Discovery imports only the topic packages' ``__init__`` modules (no sympy); the registry
+(:func:`theory.registry.get`) then imports every module of every topic package.
+
+:data:`PAPERS` (topic -> :class:`Paper`, built-in topics by name, then plug-ins by name) is
+built on first use; it is used by the documentation pages, the errata page and the report.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
-__all__ = ["Paper", "PAPERS", "paper_of"]
+__all__ = ["Paper", "Topic", "PAPERS", "TOPICS_GROUP", "CHECKS_GROUP", "PluginError", "paper_of", "topics"]
+
+#: Entry-point group through which an installed package adds a topic: each entry point's name is
+#: the topic (the first part of its closed-form ids), its value the topic package.
+TOPICS_GROUP = "attention_dynamics_theory.topics"
+#: Entry-point group through which an installed package adds checks: each entry point's value is a
+#: module or package whose import (every submodule, recursively) registers checks
+#: (``verify.check``). Read by :mod:`verify.checks`; named here so that both groups live together.
+CHECKS_GROUP = "attention_dynamics_theory.checks"
+
+
+class PluginError(ImportError):
+    """An installed plug-in (an entry point of :data:`TOPICS_GROUP` or :data:`CHECKS_GROUP`) that
+    fails to load; the message names the entry point, its value and the distribution."""
 
 
 @dataclass(frozen=True)
 class Paper:
-    """A paper: ``topic`` (id prefix), short citation, title, venue, and the spec file."""
+    """A paper, as a topic package declares it (``PAPER = Paper(...)`` in its ``__init__``).
 
-    topic: str
-    cite: str
+    Attributes
+    ----------
+    authors : tuple of str
+        The authors' surnames, in the paper's order (a list is accepted).
+    year : int
+        Year of the version the topic follows.
+    title : str
+        The title.
+    venue : str
+        Where it appeared, e.g. ``ICML 2025``.
+    arxiv : str or None
+        arXiv identifier (``1312.6120``), where known.
+    doi : str or None
+        DOI, where known.
+    url : str or None
+        Another stable address (e.g. the OpenReview page), where known.
+    topic : str
+        The topic (id prefix); filled in by discovery, not by the declaration.
+    """
+
+    authors: tuple[str, ...]
+    year: int
     title: str
     venue: str
-    spec: str
+    arxiv: str | None = None
+    doi: str | None = None
+    url: str | None = None
+    topic: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        if isinstance(self.authors, str):
+            raise ValueError("authors: expected a sequence of surnames, got a string")
+        object.__setattr__(self, "authors", tuple(self.authors))
+        if not self.authors or not all(isinstance(a, str) and a.strip() for a in self.authors):
+            raise ValueError("authors: expected at least one non-empty surname")
+        if not isinstance(self.year, int) or isinstance(self.year, bool):
+            raise ValueError(f"year: expected an integer, got {self.year!r}")
+
+    @property
+    def cite(self) -> str:
+        """The short citation, e.g. ``Zhang, Singh, Latham, Saxe 2025``."""
+        return f"{', '.join(self.authors)} {self.year}"
+
+    @property
+    def link(self) -> str | None:
+        """A URL for the paper: arXiv, else DOI, else :attr:`url`; None when none is known."""
+        if self.arxiv:
+            return f"https://arxiv.org/abs/{self.arxiv}"
+        if self.doi:
+            return f"https://doi.org/{self.doi}"
+        return self.url
+
+    def __str__(self) -> str:  # so that f"{PAPER}, eq. 10" reads as a source line
+        return self.cite
 
 
-PAPERS: dict[str, Paper] = {p.topic: p for p in (
-    Paper("linear_attention", "Zhang, Singh, Latham, Saxe 2025",
-          "Training Dynamics of In-Context Learning in Linear Attention", "ICML 2025",
-          "linear-attention-merged.md, linear-attention-separate.md"),
-    Paper("preconditioned_gd", "Ahn, Cheng, Daneshmand, Sra 2023",
-          "Transformers learn to implement preconditioned gradient descent for in-context learning",
-          "NeurIPS 2023", "preconditioned-gd.md"),
-    Paper("localization", "Bao, Hataya, Karakida 2024",
-          "Self-attention Networks Localize When QK-eigenspectrum Concentrates", "ICML 2024",
-          "attention-localization.md"),
-    Paper("scan_snap", "Tian, Wang, Chen, Du 2023",
-          "Scan and Snap: Understanding Training Dynamics and Token Composition in 1-layer Transformer",
-          "NeurIPS 2023", "scan-and-snap.md"),
-)}
+@dataclass(frozen=True)
+class Topic:
+    """A discovered topic: its name, its package, its paper, and the entry point that declared it
+    (None for a built-in topic)."""
+
+    name: str
+    package: str
+    paper: Paper
+    entry_point: object | None = None
+
+    def describe(self) -> str:
+        """How the topic was found, for error messages."""
+        if self.entry_point is None:
+            return f"built-in topic {self.name!r} ({self.package})"
+        return describe_entry_point(self.entry_point, TOPICS_GROUP)
+
+
+def describe_entry_point(ep, group: str) -> str:
+    """``plug-in 'name' = 'value' (entry point group G, distribution D)``."""
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    where = f"entry point group {group}" + (f", distribution {dist}" if dist else "")
+    return f"plug-in {ep.name!r} = {ep.value!r} ({where})"
+
+
+def entry_points(group: str) -> list:
+    """The installed entry points of ``group``, sorted by name (one per name: the first found)."""
+    from importlib.metadata import entry_points as _eps
+
+    seen: dict[str, object] = {}
+    for ep in sorted(_eps(group=group), key=lambda e: (e.name, e.value)):
+        seen.setdefault(ep.name, ep)
+    return list(seen.values())
+
+
+def _builtin_topics() -> list[Topic]:
+    import pkgutil
+
+    from . import __path__ as root
+
+    out = []
+    for info in sorted(pkgutil.iter_modules(root), key=lambda m: m.name):
+        if not info.ispkg:
+            continue
+        package = f"{__package__}.{info.name}"
+        paper = getattr(importlib.import_module(package), "PAPER", None)
+        if paper is None:
+            continue  # a helper package, not a topic
+        if not isinstance(paper, Paper):
+            raise TypeError(f"{package}.PAPER: expected a theory.Paper, got {type(paper).__name__}")
+        out.append(Topic(info.name, package, replace(paper, topic=info.name)))
+    return out
+
+
+def _plugin_topic(ep) -> Topic:
+    try:
+        package = ep.value.split(":", 1)[0].strip()
+        module = importlib.import_module(package)
+        paper = getattr(module, "PAPER", None)
+        if not isinstance(paper, Paper):
+            raise TypeError(f"{package} must define PAPER = theory.Paper(...), "
+                            f"found {type(paper).__name__}")
+        if not ep.name.isidentifier():
+            raise ValueError(f"the entry point's name {ep.name!r} (the topic) must be an identifier")
+    except Exception as exc:
+        raise PluginError(f"{describe_entry_point(ep, TOPICS_GROUP)} failed to load: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    return Topic(ep.name, package, replace(paper, topic=ep.name), ep)
+
+
+_TOPICS: dict[str, Topic] | None = None
+
+
+def topics() -> dict[str, Topic]:
+    """Every topic, built-in ones (by name) then installed plug-ins (by name); discovered once.
+
+    ``PluginError`` names a plug-in that fails to import, declares no ``PAPER``, or takes the
+    name of a topic already there."""
+    global _TOPICS
+    if _TOPICS is None:
+        found = {t.name: t for t in _builtin_topics()}
+        for ep in entry_points(TOPICS_GROUP):
+            if ep.name in found:
+                raise PluginError(f"{describe_entry_point(ep, TOPICS_GROUP)}: topic {ep.name!r} is "
+                                  f"already {found[ep.name].describe()}")
+            found[ep.name] = _plugin_topic(ep)
+        _TOPICS = found
+    return _TOPICS
+
+
+class _Papers(Mapping):
+    """topic -> :class:`Paper`, discovered on first access (see :func:`topics`)."""
+
+    def __getitem__(self, topic: str) -> Paper:
+        return topics()[topic].paper
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(topics())
+
+    def __len__(self) -> int:
+        return len(topics())
+
+    def __repr__(self) -> str:
+        return f"PAPERS({', '.join(topics())})"
+
+
+#: topic -> :class:`Paper` for every discovered topic (built on first access).
+PAPERS: Mapping[str, Paper] = _Papers()
 
 
 def paper_of(id: str) -> Paper:

@@ -15,16 +15,27 @@ models/     torch modules: real attention layers
 checks/     one module per topic, registering its checks
 report.py   results.json, report.md, figures
 cli.py      the command line
+
+Extension API
+-------------
+:func:`check` registers a check function ``f(ctx: Context) -> Outcome``; an :class:`Outcome` carries
+its :class:`Control` negative controls; :func:`register_topic_checks` registers a topic's
+symbolic and high-precision checks. Check modules are discovered: the modules under
+``verify/checks/`` (recursively), then every installed package named in the entry-point group
+``attention_dynamics_theory.checks`` (see ``docs/adding-a-paper.md``).
 """
 
 __all__ = ["Check", "CheckResult", "Context", "Control", "Outcome", "check", "all_checks", "get_check",
-           "run_check"]
+           "run_check", "register_topic_checks"]
+
+#: The module each public name lives in (imported on first use).
+_HOME = {"register_topic_checks": "symbolic"}
 
 
 def __getattr__(name: str):
     # the public names are loaded on first use, so that ``python -m verify`` starts at once
     if name in __all__:
-        from . import registry
+        import importlib
 
-        return getattr(registry, name)
+        return getattr(importlib.import_module(f"{__name__}.{_HOME.get(name, 'registry')}"), name)
     raise AttributeError(f"module 'verify' has no attribute {name!r}")

@@ -3,7 +3,21 @@ Linear Attention*.
 
 Modules
 -------
-data    moments of the in-context regression task (App. C.1, D.4)
-merged  the merged key-query model ATTN_M (§3, App. D)
-ntp     varying context length and the next-token loss (App. A.1)
+Every module here is imported by the registry on first use (see :mod:`theory.papers`).
+
+:mod:`~theory.linear_attention.data`
+    Moments of the in-context linear-regression task (Zhang, Singh, Latham, Saxe 2025).
+:mod:`~theory.linear_attention.merged`
+    The merged key-query linear attention ATTN_M (Zhang, Singh, Latham, Saxe 2025, §3, App. D).
+:mod:`~theory.linear_attention.ntp`
+    Varying context length and the next-token loss (Zhang, Singh, Latham, Saxe 2025, App. A.1).
+:mod:`~theory.linear_attention.separate`
+    Separate key/query linear attention ATTN_S (Zhang, Singh, Latham, Saxe 2025, §4-5, App.
+    E-F).
 """
+
+from ..papers import Paper
+
+#: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
+PAPER = Paper(authors=("Zhang", "Singh", "Latham", "Saxe"), year=2025,
+              title="Training Dynamics of In-Context Learning in Linear Attention", venue="ICML 2025")

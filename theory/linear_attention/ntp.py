@@ -16,7 +16,7 @@ Contains
 ``linear_attention.ntp.converged_matrix``  eq. 25
 ``linear_attention.ntp.global_min_loss``   eq. 26 with m = D
 ``linear_attention.ntp.saddle_loss``       eq. 26: the loss at the m-th saddle of separate
-                                         attention (:mod:`.separate`) with 1/N -> E(1/N)
+                                         attention (:mod:`theory.linear_attention.separate`) with 1/N -> E(1/N)
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Derived here:
   a_d eliminated for tr(Lambda);
 * the escape-time estimate (eqs. 71, 76): dsolve of tau dv/dt = lambda^2 v^2 (the small-v
   part of eq. 21) from v(0) = w_init blows up at t = tau/(lambda^2 w_init);
-* the loss at a saddle as a function of 1/N, which :mod:`.ntp` averages (eq. 26).
+* the loss at a saddle as a function of 1/N, which :mod:`theory.linear_attention.ntp` averages (eq. 26).
 
 Eigen-directions are numbered by descending eigenvalue; the projectors are computed from
 an eigendecomposition of Lambda (float64) and passed to the emitted functions.

@@ -1,8 +1,34 @@
 """Bao, Hataya, Karakida 2024: self-attention localises when the QK-eigenspectrum concentrates.
 
-Modules: :mod:`.moments` (mean and variance of the linearised-softmax signal u_i under
-random-walk tokens, Lemmas 1, 3, 4, eq. 22), :mod:`.probability` (the signal-propagation
-probability rho: Gaussian approximation, the continuum form of eq. 6 as printed and
-corrected, Lemma 2's limits) and :mod:`.gradient` (the QK-gradient of eq. 3, the
-eigenspectrum variance of eq. 8, the bounds of eqs. 7, 9, 10 and the LOCATER regulariser).
+Modules
+-------
+Every module here is imported by the registry on first use (see :mod:`theory.papers`).
+
+:mod:`~theory.localization.bounds`
+    Norm bounds of W_QK from the eigenspectrum (Bao, Hataya, Karakida 2024, eqs. 7, 10).
+:mod:`~theory.localization.eigen`
+    Eigenspectrum statistics of W = W_QK Sigma (Bao, Hataya, Karakida 2024, eqs. 5, 6, 8, 10).
+:mod:`~theory.localization.entropy`
+    The attention-entropy lower bound (Bao, Hataya, Karakida 2024, eq. 9; Zhai et al. 2023, Thm
+    3.1).
+:mod:`~theory.localization.gaussian`
+    Gaussian moments with a mean: Lemma 3 of Bao, Hataya, Karakida 2024 (App. A, eqs. 11-14).
+:mod:`~theory.localization.locater`
+    The LOCATER regulariser and its gradients (Bao, Hataya, Karakida 2024, Sec. 6).
+:mod:`~theory.localization.random_walk`
+    Random-walk tokens and their moments (Bao, Hataya, Karakida 2024, §2, Assumption 1, Lemma 4,
+    eq. 22).
+:mod:`~theory.localization.rho`
+    The signal-propagation probability rho (Bao, Hataya, Karakida 2024, Definition 1, Sec. 4).
+:mod:`~theory.localization.softmax`
+    The softmax at the origin (Bao, Hataya, Karakida 2024, §2, R1).
+:mod:`~theory.localization.u`
+    Mean and variance of the linearised-softmax signal u_i (Bao, Hataya, Karakida 2024, §2,
+    Lemma 1).
 """
+
+from ..papers import Paper
+
+#: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
+PAPER = Paper(authors=("Bao", "Hataya", "Karakida"), year=2024,
+              title="Self-attention Networks Localize When QK-eigenspectrum Concentrates", venue="ICML 2024")

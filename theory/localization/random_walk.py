@@ -4,8 +4,8 @@ Setting (§2, Assumption 1). Tokens are the columns of ``X = [x_1 ... x_T]`` wit
 ``x_1 ~ N(0, Sigma)``, ``x_{t+1} ~ N(x_t, Sigma)``, so ``Cov(x_s, x_t) = min(s, t) Sigma``. The
 query is the last token; ``W_QK`` is symmetric and ``W = W_QK Sigma``; the parameters are
 ``trW = tr(W_QK Sigma)`` and ``trW2 = tr(W_QK Sigma W_QK Sigma)`` (not ||W||_F^2). The parameters
-and the index domain (``i <= k <= T``) declared here are shared by :mod:`.softmax`, :mod:`.u`
-and :mod:`.rho`.
+and the index domain (``i <= k <= T``) declared here are shared by
+:mod:`theory.localization.softmax`, :mod:`theory.localization.u` and :mod:`theory.localization.rho`.
 
 Derived here (not retyped): the random-walk moments ``E[s_j] = j trW`` and ``E[s_j s_k] =
 (T j + j k) trW2 + j k trW^2`` (``s_j = x_j^T W_QK x_T``, ``j <= k``) by the Isserlis engine
@@ -20,6 +20,11 @@ Contains
 --------
 ``localization.random_walk.quadratic_mean``, ``.quadratic_second_moment``, ``.cross_moment``,
 ``.mixed_moment``, ``.query_product``.
+
+References
+----------
+.. [1] H. Bao, R. Hataya, R. Karakida, "Self-attention Networks Localize When QK-eigenspectrum
+   Concentrates", ICML 2024. Assumption 1, Lemma 4 (App. A), eq. 22 (App. C).
 """
 
 from __future__ import annotations
@@ -181,7 +186,7 @@ def printed_query_product():
 # -- registry ----------------------------------------------------------------------------------
 #: Assumption 1 in words, for the records' documentation.
 RANDOM_WALK = ("Assumption 1 (x_1 ~ N(0, Sigma), Cov(x_s, x_t) = min(s, t) Sigma), W_QK symmetric and "
-       "independent of X; trW = tr(W_QK Sigma), trW2 = tr(W_QK Sigma W_QK Sigma). ")
+               "independent of X; trW = tr(W_QK Sigma), trW2 = tr(W_QK Sigma W_QK Sigma). ")
 
 register(ClosedForm(
     id="localization.random_walk.quadratic_mean",
@@ -219,7 +224,8 @@ register(ClosedForm(
     derive=lambda: walk_moment("cross"),
     printed=printed_cross_moment,
     domain=index_domain,
-    doc=RANDOM_WALK + "(i^2 + i k) A + i^2 B with A = tr(W Sigma W Sigma), B = tr(W Sigma)^2 (the paper's j is k).",
+    doc=RANDOM_WALK + "(i^2 + i k) A + i^2 B with A = tr(W Sigma W Sigma), B = tr(W Sigma)^2 "
+        "(the paper's j is k).",
     erratum="Eq. 17 prints (i^2 + ij - 3i - j + 4) A + (i^2 - 2i + 2) B; under Assumption 1 it is "
             "(i^2 + ij) A + i^2 B (x_1 = 0 would give (i-1)(i+j-2) A + (i-1)^2 B; the printed form "
             "adds 2A + B to that). Leading order agrees.",
@@ -248,8 +254,8 @@ register(ClosedForm(
     derive=lambda: walk_moment("s_product"),
     printed=printed_query_product,
     domain=index_domain,
-    doc=RANDOM_WALK + "E[s_i s_k] = (T i + i k) tr(W^2) + i k tr(W)^2; Cov(s_i, s_k) = (T min + i k) tr(W^2). "
-        "The paper's j is k.",
+    doc=RANDOM_WALK + "E[s_i s_k] = (T i + i k) tr(W^2) + i k tr(W)^2; Cov(s_i, s_k) = "
+        "(T min + i k) tr(W^2). The paper's j is k.",
     erratum="Eq. 22 prints (ij + (T-2) i - j - (T-4)) tr(W^2) + (ij - i - j + 2) tr(W)^2 (constants "
             "of a walk started at x_1 = 0, inherited from Lemma 4); under Assumption 1 it is "
             "(T i + ij) tr(W^2) + ij tr(W)^2. The leading terms agree.",

@@ -2,11 +2,16 @@
 
 The first-order Taylor coefficients of the softmax over ``T`` logits at the origin are
 ``gamma^i = e^i/T - 1/T^2`` and ``gamma_0^i = 1/T``; derived here by ``sympy.diff`` of the softmax
-with symbolic length T. They define the linearised coordinate ``u_i`` of :mod:`.u`.
+with symbolic length T. They define the linearised coordinate ``u_i`` of :mod:`theory.localization.u`.
 
 Contains
 --------
 ``localization.softmax.value_at_origin``, ``.jacobian_diagonal``, ``.jacobian_offdiagonal``.
+
+References
+----------
+.. [1] H. Bao, R. Hataya, R. Karakida, "Self-attention Networks Localize When QK-eigenspectrum
+   Concentrates", ICML 2024. Sec. 2 (softmax Taylor expansion, R1), Remark 2.
 """
 
 from __future__ import annotations

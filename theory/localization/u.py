@@ -1,11 +1,11 @@
 """Mean and variance of the linearised-softmax signal u_i (Bao, Hataya, Karakida 2024, §2, Lemma 1).
 
 With ``omega = X^T W_QK x_T / lambda`` (``lambda`` is the parameter ``temperature``) and the
-softmax's Taylor coefficients at the origin (:mod:`.softmax`), the linearised coordinate is
+softmax's Taylor coefficients at the origin (:mod:`theory.localization.softmax`), the linearised coordinate is
 
     u_i = <gamma^i, omega> + gamma_0^i = omega_i/T - sum_j omega_j/T^2 + 1/T.
 
-Derived here (not retyped), under random-walk tokens (:mod:`.random_walk`): the exact finite-T
+Derived here (not retyped), under random-walk tokens (:mod:`theory.localization.random_walk`): the exact finite-T
 mean and variance of ``u_i`` by ``sympy.summation`` over the key index (the min(j, k) in the
 covariance split into j < k, j = k, j > k), and their T -> infinity limits at fixed theta = i/T
 by ``sympy.limit``.

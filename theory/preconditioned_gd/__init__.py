@@ -1,7 +1,28 @@
 """Ahn, Cheng, Daneshmand, Sra 2023: linear transformers implement preconditioned gradient descent.
 
-Modules: :mod:`.single_layer` (Theorem 1, the single-layer optimum, and its identity with
-the merged linear-attention minimum of Zhang et al. 2025), :mod:`.multi_layer` (Wishart
-moments, the exact L-layer loss on the sparse set of eq. 8, optimal step sizes, Theorems
-2-4) and :mod:`.relu` (Theorem 5, ReLU attention).
+Modules
+-------
+Every module here is imported by the registry on first use (see :mod:`theory.papers`).
+
+:mod:`~theory.preconditioned_gd.gdpp`
+    GD++: the general (full) layers of eq. 11 on the set of Theorem 4 (Ahn, Cheng, Daneshmand,
+    Sra 2023, §5, Theorem 4, App. B.3).
+:mod:`~theory.preconditioned_gd.multi_layer`
+    L-layer linear transformers on the critical set of Theorem 3 (Ahn, Cheng, Daneshmand, Sra
+    2023).
+:mod:`~theory.preconditioned_gd.relu`
+    Single-layer ReLU attention: Theorem 5 of Ahn, Cheng, Daneshmand, Sra 2023 (§6, App. A.4).
+:mod:`~theory.preconditioned_gd.single_layer`
+    The single-layer optimum of Ahn, Cheng, Daneshmand, Sra 2023 (Theorem 1, eqs. 6-7).
+:mod:`~theory.preconditioned_gd.two_layer`
+    Two layers at Sigma = I (Ahn, Cheng, Daneshmand, Sra 2023, Theorem 2).
+:mod:`~theory.preconditioned_gd.wishart`
+    Trace moments of a real white Wishart matrix, by Wick pairings (genus expansion).
 """
+
+from ..papers import Paper
+
+#: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
+PAPER = Paper(authors=("Ahn", "Cheng", "Daneshmand", "Sra"), year=2023,
+              title="Transformers learn to implement preconditioned gradient descent for in-context learning",
+              venue="NeurIPS 2023")

@@ -5,7 +5,7 @@ On ``A_l = a_l Sigma^{-1}``, ``B_l = b_l I`` (eq. 11 convention: ``Q_l = +[[A_l,
 ``P_l = [[B_l, 0], [0, 1]]``) the loss is ``E sum_k r(s_k)^2`` over the eigenvalues of the white
 Wishart covariance ``S_u``, with the residual polynomial of :func:`gdpp_residual`; for two layers
 ``r^2`` has degree 8 in ``s``, so the loss is a combination of the moments ``m_0..m_8``
-(:mod:`.wishart`) and does not depend on Sigma.
+(:mod:`theory.preconditioned_gd.wishart`) and does not depend on Sigma.
 
 Contains
 --------

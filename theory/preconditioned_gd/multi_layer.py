@@ -10,7 +10,7 @@ transformer runs preconditioned GD ``w_{l+1} = w_l - A_l S (w_l - w*)``, ``TF_L 
 What is derived here (not retyped):
 
 * the Wishart trace moments ``m_k = E tr S_u^k`` (``S_u`` the covariance of ``n`` white
-  samples) by Wick pairings (:mod:`.wishart`);
+  samples) by Wick pairings (:mod:`theory.preconditioned_gd.wishart`);
 * the exact loss on ``S = {A_l = a_l Sigma^{-1}}``: whitening ``x = W u``, ``w* = W^{-T} v``
   (``Sigma = W W^T``) gives ``TF_L - y_q = -u_q^T prod_l (I - a_l S_u) v``, so with
   ``E[v v^T] = E[u_q u_q^T] = I``, ``f(a) = E tr prod_l (I - a_l S_u)^2`` (the factors commute),
@@ -28,8 +28,8 @@ What is derived here (not retyped):
 Contains
 --------
 ``preconditioned_gd.multi_layer.loss``, ``.optimal_steps``, ``.optimal_loss``,
-``.gradient_scales``. The moments are :mod:`.wishart`, Theorem 2's two-layer optimum
-:mod:`.two_layer`, Theorem 4's GD++ loss :mod:`.gdpp`.
+``.gradient_scales``. The moments are :mod:`theory.preconditioned_gd.wishart`, Theorem 2's two-layer optimum
+:mod:`theory.preconditioned_gd.two_layer`, Theorem 4's GD++ loss :mod:`theory.preconditioned_gd.gdpp`.
 
 References
 ----------

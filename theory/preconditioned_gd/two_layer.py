@@ -2,9 +2,9 @@
 
 Theorem 2 (``x, w* ~ N(0, I_d)``, two sparse layers with symmetric ``A_0, A_1``) proves a diagonal
 global minimiser; it is the ``L = 2`` optimum on ``S = {A_l = a_l Sigma^{-1}}`` at ``Sigma = I``
-(:mod:`.multi_layer`): the steps are the roots of ``a^2 + c_1 a + c_2`` with the kernel polynomial
-coefficients ``c``, so ``a_0 + a_1 = -c_1``, ``a_0 a_1 = c_2``, and the loss is ``f*_2``. The paper
-states no values; the "printed" forms are worked rational forms in ``n, d`` (proved equal).
+(:mod:`theory.preconditioned_gd.multi_layer`): the steps are the roots of ``a^2 + c_1 a + c_2``
+with the kernel polynomial coefficients ``c``, so ``a_0 + a_1 = -c_1``, ``a_0 a_1 = c_2``, and the
+loss is ``f*_2``. The paper states no values; the "printed" forms are worked rational forms in ``n, d`` (proved equal).
 
 Contains
 --------

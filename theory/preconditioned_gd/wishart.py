@@ -3,7 +3,7 @@
 With ``G`` a ``d x n`` matrix of i.i.d. standard normal entries, ``W = G G^T ~ W_d(n, I)``
 and ``S_u = W / n`` is the empirical covariance of ``n`` white samples ``u_i ~ N(0, I_d)``.
 The preconditioned-GD loss of Ahn et al. (2023) on the critical set of Theorem 3 is a
-quadratic form in the moments ``m_k = E tr S_u^k`` (see :mod:`.multi_layer`).
+quadratic form in the moments ``m_k = E tr S_u^k`` (see :mod:`theory.preconditioned_gd.multi_layer`).
 
 How the moments are counted
 ---------------------------

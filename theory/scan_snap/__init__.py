@@ -1,8 +1,24 @@
 """Tian, Wang, Chen, Du 2023, "Scan and Snap": training dynamics of a 1-layer transformer.
 
-Modules: :mod:`.h` (the h* recursion of eq. 33, its continuous counterpart eqs. 44-45 with the
-Lambert-W solution and explicit inverse, Lemmas 7-9, the speed coefficient gamma(t), the time
-scales t_0', t_0 and Corollary 1's epoch count) and :mod:`.attention` (Lemma 5, Theorems 2-4:
-decoder weights, the attention-logit dynamics, the relative gain, and B_n(t) as printed,
-corrected and under the literal-sum reading).
+Modules
+-------
+Every module here is imported by the registry on first use (see :mod:`theory.papers`).
+
+:mod:`~theory.scan_snap.attention`
+    Self-attention dynamics of Scan and Snap (Tian, Wang, Chen, Du 2023, §5-6, App. E-F).
+:mod:`~theory.scan_snap.decoder`
+    The decoder of Scan and Snap (Tian, Wang, Chen, Du 2023, §4, Lemma 5, eqs. 31-33, 39, 71).
+:mod:`~theory.scan_snap.h`
+    The h recursion of Scan and Snap and everything built on it (Tian, Wang, Chen, Du 2023, App.
+    D).
+:mod:`~theory.scan_snap.speed`
+    The speed control coefficient of Scan and Snap and the times it sets (Tian, Wang, Chen, Du
+    2023, Theorem 1, Lemma 9, Corollary 1, eqs. 50-52, 85, 125-128).
 """
+
+from ..papers import Paper
+
+#: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
+PAPER = Paper(authors=("Tian", "Wang", "Chen", "Du"), year=2023,
+              title="Scan and Snap: Understanding Training Dynamics and Token Composition in 1-layer Transformer",
+              venue="NeurIPS 2023")

@@ -1,6 +1,6 @@
 """Self-attention dynamics of Scan and Snap (Tian, Wang, Chen, Du 2023, §5-6, App. E-F).
 
-Derived here (sympy, not retyped); the decoder (Lemma 5) is :mod:`.decoder`:
+Derived here (sympy, not retyped); the decoder (Lemma 5) is :mod:`theory.scan_snap.decoder`:
 
 * Theorem 2, eq. 99: with a single common token ``l`` (the only overlap of classes n, n') the
   per-pair term of eq. 97 is ``-(1 - f_nl^2) f_n^T f_n'``.

@@ -29,7 +29,7 @@ Numerics
   so there ``s * mp.dps`` is limited to :data:`MPMATH_DIGIT_STEPS` (``s <= 500000`` at 50 digits).
 
 The speed control coefficient gamma, a function of ``h(t/K)``, and the times it sets are
-:mod:`.speed`.
+:mod:`theory.scan_snap.speed`.
 
 Contains
 --------

@@ -2,7 +2,7 @@
 Theorem 1, Lemma 9, Corollary 1, eqs. 50-52, 85, 125-128).
 
 gamma(t) = (M-1)^2 h/((M-1) + exp(M h)) at h = h(t/K), the continuous solution of the decoder
-recursion (:mod:`.h`, eq. 45): ``t`` counts total batch-1 SGD steps, of which each of the K classes
+recursion (:mod:`theory.scan_snap.h`, eq. 45): ``t`` counts total batch-1 SGD steps, of which each of the K classes
 receives ``t/K``. Derived here (sympy): gamma in closed form through Lambert W; its integral
 Gamma = eta_Z int_0^t gamma by the substitution dt = K t'(h) dh (eqs. 125-128); its two regimes
 (stage 1, linear in t; stage 2, K ln(M eta_Y t/K)/(eta_Y t)); its peak (e^u (u - 1) = M - 1); the

@@ -1,4 +1,4 @@
-"""Checks of ``linear_attention.data`` (see also :mod:`.merged_monte_carlo`).
+"""Checks of ``linear_attention.data`` (see also :mod:`verify.checks.linear_attention.merged_monte_carlo`).
 
 Contains
 --------

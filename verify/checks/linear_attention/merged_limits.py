@@ -1,4 +1,4 @@
-"""Checks of ``linear_attention.merged`` (see also :mod:`.symbolic`).
+"""Checks of ``linear_attention.merged`` (see also :mod:`verify.checks.linear_attention.symbolic`).
 
 Contains
 --------

@@ -1,4 +1,4 @@
-"""Checks of ``linear_attention.ntp`` (see also :mod:`.separate_dynamics`).
+"""Checks of ``linear_attention.ntp`` (see also :mod:`verify.checks.linear_attention.separate_dynamics`).
 
 Contains
 --------

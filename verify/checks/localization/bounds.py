@@ -1,4 +1,4 @@
-"""Checks of ``localization.bounds`` (see also :mod:`.gradient`).
+"""Checks of ``localization.bounds`` (see also :mod:`verify.checks.localization.gradient`).
 
 Contains
 --------

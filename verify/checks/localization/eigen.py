@@ -1,4 +1,4 @@
-"""Checks of ``localization.eigen`` (see also :mod:`.gradient`).
+"""Checks of ``localization.eigen`` (see also :mod:`verify.checks.localization.gradient`).
 
 Contains
 --------

@@ -1,4 +1,4 @@
-"""Checks of ``localization.entropy`` (see also :mod:`.gradient`).
+"""Checks of ``localization.entropy`` (see also :mod:`verify.checks.localization.gradient`).
 
 Contains
 --------

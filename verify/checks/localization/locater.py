@@ -1,4 +1,4 @@
-"""Checks of ``localization.locater`` (see also :mod:`.gradient`).
+"""Checks of ``localization.locater`` (see also :mod:`verify.checks.localization.gradient`).
 
 Contains
 --------

@@ -1,4 +1,4 @@
-"""Checks of ``localization.random_walk`` (see also :mod:`.u`).
+"""Checks of ``localization.random_walk`` (see also :mod:`verify.checks.localization.u`).
 
 Contains
 --------

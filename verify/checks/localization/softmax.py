@@ -1,4 +1,4 @@
-"""Checks of ``localization.softmax`` (see also :mod:`.u`).
+"""Checks of ``localization.softmax`` (see also :mod:`verify.checks.localization.u`).
 
 Contains
 --------

@@ -1,4 +1,4 @@
-"""Checks of ``preconditioned_gd.gdpp`` (see also :mod:`.multi_layer`).
+"""Checks of ``preconditioned_gd.gdpp`` (see also :mod:`verify.checks.preconditioned_gd.multi_layer`).
 
 Contains
 --------

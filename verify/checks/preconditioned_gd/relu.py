@@ -1,4 +1,4 @@
-"""Checks of ``preconditioned_gd.relu`` (see also :mod:`.single_layer`).
+"""Checks of ``preconditioned_gd.relu`` (see also :mod:`verify.checks.preconditioned_gd.single_layer`).
 
 Contains
 --------

@@ -1,4 +1,4 @@
-"""Checks of ``preconditioned_gd.wishart`` (see also :mod:`.multi_layer`).
+"""Checks of ``preconditioned_gd.wishart`` (see also :mod:`verify.checks.preconditioned_gd.multi_layer`).
 
 Contains
 --------

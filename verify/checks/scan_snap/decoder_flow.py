@@ -1,4 +1,4 @@
-"""Checks of ``scan_snap.decoder`` (see also :mod:`.attention_flow`).
+"""Checks of ``scan_snap.decoder`` (see also :mod:`verify.checks.scan_snap.attention_flow`).
 
 Contains
 --------

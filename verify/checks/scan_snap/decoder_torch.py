@@ -1,4 +1,4 @@
-"""Checks of ``scan_snap.decoder`` (see also :mod:`.attention_torch`).
+"""Checks of ``scan_snap.decoder`` (see also :mod:`verify.checks.scan_snap.attention_torch`).
 
 Contains
 --------

@@ -1,4 +1,4 @@
-"""Checks of ``scan_snap.h`` (see also :mod:`.attention_eq88`).
+"""Checks of ``scan_snap.h`` (see also :mod:`verify.checks.scan_snap.attention_eq88`).
 
 Contains
 --------

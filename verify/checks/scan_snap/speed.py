@@ -1,4 +1,4 @@
-"""Checks of ``scan_snap.speed`` (see also :mod:`.h`).
+"""Checks of ``scan_snap.speed`` (see also :mod:`verify.checks.scan_snap.h`).
 
 Contains
 --------

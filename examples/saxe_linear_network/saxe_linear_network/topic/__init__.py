@@ -1,0 +1,12 @@
+"""Saxe, McClelland, Ganguli 2014: exact learning dynamics of a two-layer linear network.
+
+Modules: :mod:`.modes` (the sigmoidal trajectory of one input-output mode under gradient flow
+from a small balanced initialisation, and the time it takes to reach a given strength).
+"""
+
+from theory import Paper
+
+#: The paper of this topic; the topic's name (``saxe_linear``) is the entry point's name.
+PAPER = Paper(authors=("Saxe", "McClelland", "Ganguli"), year=2014,
+              title="Exact solutions to the nonlinear dynamics of learning in deep linear neural networks",
+              venue="ICLR 2014", arxiv="1312.6120", url="https://openreview.net/forum?id=_wzZwKpTDF_9C")
