@@ -23,7 +23,6 @@ from sympy.printing.numpy import SciPyPrinter
 from sympy.printing.pycode import MpmathPrinter
 from sympy.printing.pytorch import TorchPrinter
 
-
 __all__ = ["emit", "BACKENDS"]
 
 BACKENDS = ("numpy", "mpmath", "torch")

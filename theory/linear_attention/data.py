@@ -32,8 +32,7 @@ from types import SimpleNamespace
 
 from ..params import covariance, index, matrix, positive
 from ..registry import ClosedForm, register
-
-PAPER = "Zhang, Singh, Latham, Saxe 2025"
+from . import PAPER
 
 LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
 N_CTX = index("N", "Context length: number of labelled tokens before the query.")

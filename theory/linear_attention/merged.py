@@ -35,8 +35,7 @@ from functools import cache
 
 from ..params import covariance, index, matrix, nonnegative, positive
 from ..registry import ClosedForm, register
-from .data import (PAPER, beta_row_word, beta_word, derive_lambda_hat_sq, derive_yq_z, query_is_token,
-                   variables, yq_word)
+from .data import PAPER, beta_row_word, beta_word, derive_lambda_hat_sq, derive_yq_z, query_is_token, variables, yq_word
 
 LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
 N_CTX = index("N", "Context length (number of labelled tokens).")

@@ -50,8 +50,7 @@ from itertools import product
 
 from ..params import covariance, matrix, vector
 from ..registry import ClosedForm, register
-
-PAPER = "Bao, Hataya, Karakida 2024"
+from . import PAPER
 
 SIGMA = covariance("Sigma", "Covariance of the Gaussian vector x ~ N(mu, Sigma).")
 W_SYM = matrix("W_QK", "The matrix W of Lemma 3 (symmetric; the records use (W_QK + W_QK^T)/2).")

@@ -34,8 +34,7 @@ from functools import cache
 from ..params import index, positive, real
 from ..registry import ClosedForm, register
 from ..symbols import sym
-
-PAPER = "Bao, Hataya, Karakida 2024"
+from . import PAPER
 
 I_KEY = index("i", "Key position (1-based); the query is the last token T.")
 K_KEY = index("k", "Second token position, k >= i (Lemma 4, eq. 22).")

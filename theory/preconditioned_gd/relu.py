@@ -49,8 +49,7 @@ from types import SimpleNamespace
 
 from ..params import index, matrix
 from ..registry import ClosedForm, register
-
-PAPER = "Ahn, Cheng, Daneshmand, Sra 2023"
+from . import PAPER
 
 N_CTX = index("n", "Context length (labelled examples; the query excluded).", low=1)
 D_DIM = index("d", "Covariate dimension (x, w* ~ N(0, I_d)).", low=1)

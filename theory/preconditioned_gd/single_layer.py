@@ -49,8 +49,7 @@ from types import SimpleNamespace
 
 from ..params import covariance, index, matrix
 from ..registry import ClosedForm, register
-
-PAPER = "Ahn, Cheng, Daneshmand, Sra 2023"
+from . import PAPER
 
 SIGMA = covariance("Sigma", "Covariance of the covariates x ~ N(0, Sigma).")
 N_CTX = index("n", "Context length (labelled examples; the query excluded).", low=1)

@@ -46,10 +46,10 @@ import sympy as sp
 
 from ..params import index
 from ..registry import ClosedForm, register
+from . import PAPER
 
 __all__ = ["matching_counts", "trace_moment", "normalized_moment", "moments", "N_CTX", "D_DIM", "PAPER"]
 
-PAPER = "Ahn, Cheng, Daneshmand, Sra 2023"
 #: Moments m_1..m_K of the record (the loss of L <= 3 layers needs m_1..m_6).
 RECORD_MOMENTS = 6
 

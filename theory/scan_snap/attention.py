@@ -39,9 +39,8 @@ import numpy as np
 
 from ..params import index, nonnegative, positive
 from ..registry import ClosedForm, register
+from . import PAPER
 from .decoder import ETA_Y, M_VOCAB, backend_ops
-
-PAPER = "Tian et al. 2023"
 
 T_STEPS = nonnegative("t", "Total number of batch-1 SGD steps (each of the K classes has had about t/K).")
 K_CLASSES = index("K", "Number of next tokens (sequence classes), sampled uniformly.")

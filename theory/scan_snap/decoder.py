@@ -20,8 +20,7 @@ import numpy as np
 
 from ..params import Param, index, positive
 from ..registry import ClosedForm, register
-
-PAPER = "Tian et al. 2023"
+from . import PAPER
 
 M_VOCAB = Param("M", "index", "Vocabulary size M (the size of the output softmax).", low=2, symbol="M_vocab")
 ETA_Y = positive("eta_Y", "Decoder learning rate eta_Y.")

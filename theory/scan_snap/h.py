@@ -47,11 +47,11 @@ import numpy as np
 
 from ..params import Param, nonnegative, positive
 from ..registry import ClosedForm, register
+from . import PAPER
 
 __all__ = ["S_MAX", "trajectory", "u_of_t", "h_continuous", "lambertw_real",
            "implicit_solution", "explicit_solution"]
 
-PAPER = "Tian et al. 2023"
 #: Largest step count the discrete recursion is iterated to.
 S_MAX = 10**7
 #: mpmath budget of the recursion: s * mp.dps at most this many digit-steps (s <= 500000 at 50

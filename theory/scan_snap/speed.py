@@ -30,9 +30,28 @@ import numpy as np
 from ..registry import ClosedForm, register
 from ..symbols import sym
 from .h import (
-    syms, gamma_of_h, t_of_h_expr, explicit_solution, derive_time_of, derive_linear,
-    derive_omega_1, lemma8_roots, lambertw_real, h_continuous, backend_exp, mp_float, root_u,
-    t_positive, M_P, M4_P, K_P, T_P, ETA_Y, ETA_Z, EPS_P, PAPER
+    EPS_P,
+    ETA_Y,
+    ETA_Z,
+    K_P,
+    M4_P,
+    M_P,
+    PAPER,
+    T_P,
+    backend_exp,
+    derive_linear,
+    derive_omega_1,
+    derive_time_of,
+    explicit_solution,
+    gamma_of_h,
+    h_continuous,
+    lambertw_real,
+    lemma8_roots,
+    mp_float,
+    root_u,
+    syms,
+    t_of_h_expr,
+    t_positive,
 )
 
 __all__ = ["gamma_of_t"]
