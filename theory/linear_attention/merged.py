@@ -311,7 +311,7 @@ def stable_white_loss():
 
 @cache
 def derive_half_rise_time():
-    """t_1/2 solving sigma(t) = sigma(inf)/2 [derived; spec R10]."""
+    """t_1/2 solving sigma(t) = sigma(inf)/2 [derived]."""
     import sympy as sp
 
     t = _sym("t")
@@ -390,7 +390,7 @@ def printed_inverse():
 
 
 def printed_sigma_infinity():
-    """sigma(inf) = 1/alpha = N/(N + 1 + D) (spec R10)."""
+    """sigma(inf) = 1/alpha = N/(N + 1 + D)."""
     N, D = _sym("N"), _sym("D")
     return N / (N + 1 + D)
 
@@ -454,7 +454,7 @@ def conservation_rate():
 
 def zero_output_critical_set():
     """With w2 = 0 the flow (eq. 8) reduces to tau dW1/dt = 0, tau dw2/dt = W1 b: the critical
-    points with zero output are {w2 = 0, W1 b = 0} (spec R6), larger than eq. 9a's W1 = 0.
+    points with zero output are {w2 = 0, W1 b = 0}, larger than eq. 9a's W1 = 0.
 
     Returns the two right-hand sides at w2 = 0.
     """
@@ -561,7 +561,7 @@ register(ClosedForm(
     doc="Exact gradient-flow solution for Lambda = I_D and a balanced, aligned start "
         "W1(0) = w2(0) m^T with ||w2(0)||^2 = w_init^2. From the random start of eq. 34 it is "
         "shifted later in time; replacing w_init^2 by s_eff = ||(w2(0) + W1(0) m)/2||^2 "
-        "restores it (spec R10).",
+        "restores it.",
 ))
 
 register(ClosedForm(

@@ -12,7 +12,7 @@ the control parameters ``xi = tr(W)/sqrt(tr(W^2))``, ``eta = sqrt(tr(W^2))/lambd
 ``theta = i/T``: it is derived as the T -> infinity limit of the moments at fixed theta,
 substituted into the same interval probability; the 1/T offset gamma_0^i drops out.
 
-Errata (spec §2, §5.2):
+Errata:
 
 * eq. 6 uses Lemma 1's wrong variance, ``D(theta) = 2 theta^2 + 7/12`` in place of
   ``D_c(theta) = 2 theta^2 - 2 theta + 7/12``; the printed rho misses Monte Carlo by up to 0.55;

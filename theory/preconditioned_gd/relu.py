@@ -29,7 +29,7 @@ the two ReLU facts by sympy):
 
 The paper's proof (A.4) lower-bounds ``f`` by Jensen over random signs and then drops
 ``E(w^T D x)^2 = tr(D^2)`` as a "constant" in eq. 23, but ``D = diag(U^T V)`` depends on the SVD
-of A; the direct computation above closes the gap (spec §2.7).
+of A; the direct computation above closes the gap.
 
 Contains
 --------

@@ -21,7 +21,7 @@ What is derived here (not retyped):
 * ``optimal_preconditioner_isotropic``: the eigenvalue function of the optimum at Sigma = I;
 * ``optimal_loss``: f at the optimum, summed over eigen-directions (the paper does not state it);
 * ``optimal_preconditioner_inverse_task``, ``optimal_loss_inverse_task``: the same steps for the
-  data model of Theorems 3-4, ``w* ~ N(0, Sigma^{-1})`` (spec §2.3; E[S Sigma^{-1} S] from the
+  data model of Theorems 3-4, ``w* ~ N(0, Sigma^{-1})`` (E[S Sigma^{-1} S] from the
   engine).
 
 The same optimum is the converged matrix of the merged linear attention of Zhang, Singh,
@@ -228,7 +228,7 @@ def spec_optimal_loss_inverse_task():
     return d * (d + 1) / (n + d + 1)
 
 
-# -- one theory, two papers (spec §7) -------------------------------------------------------
+# -- one theory, two papers (Zhang et al. 2025's merged minimum) ------------------------------
 def to_merged_symbols(expr):
     """Rename Sigma -> Lambda, n -> N: the Zhang et al. names of the same objects."""
     from ..symbols import sym
@@ -287,7 +287,7 @@ register(ClosedForm(
     doc="Gamma* = n((n+1) Sigma + tr(Sigma) I)^{-1} = (Sigma + (Sigma + tr(Sigma) I)/n)^{-1}: one step "
         "of preconditioned GD from 0, yhat = <x_q, Gamma* h>. Unique among the A of the sparse "
         "form; over all (P, Q) unique up to P -> gamma P, Q -> Q/gamma and the blocks that do not "
-        "reach the output (spec §2.2). tr(Sigma)/n acts as a sample-size-dependent ridge. "
+        "reach the output. tr(Sigma)/n acts as a sample-size-dependent ridge. "
         "Identical to linear_attention.merged.converged_matrix with Lambda = Sigma, N = n.",
 ))
 

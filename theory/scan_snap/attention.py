@@ -328,7 +328,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.attention.growth_literal",
     title="B_n(t) under the literal class sum of eq. 10: 1/(4K) ln(1 + 4 K Gamma/C0)",
-    source=f"{PAPER}, eq. 10 summed over the K classes, with Theorem 4's xi_n (spec §5.2 item 2)",
+    source=f"{PAPER}, eq. 10 summed over the K classes, with Theorem 4's xi_n (the literal reading)",
     status="exact",
     params=BN_PARAMS,
     derive=lambda: derive_growth(True),
@@ -360,7 +360,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.attention.common_logit_literal",
     title="Common-token logit under the literal class sum: -1/4 ln(1 + 4 K Gamma/C0)",
-    source=f"{PAPER}, eq. 10 summed over the K classes (spec §5.2 item 2)",
+    source=f"{PAPER}, eq. 10 summed over the K classes (the literal reading)",
     status="exact",
     params=BN_PARAMS,
     derive=lambda: derive_common_logit(True),

@@ -535,7 +535,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.h.linear",
     title="Linear regime of h(t): h ~ eta_Y t/M as t -> 0",
-    source=f"{PAPER}, Lemma 9 (stage 1), spec R1",
+    source=f"{PAPER}, Lemma 9 (stage 1)",
     status="asymptotic",
     params=(T_P, M_P, ETA_Y),
     derive=derive_linear,
@@ -546,7 +546,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.h.logarithmic",
     title="Logarithmic regime of h(t): h ~ ln(M eta_Y t)/M as t -> oo",
-    source=f"{PAPER}, Lemma 9 (stage 2), spec R1",
+    source=f"{PAPER}, Lemma 9 (stage 2)",
     status="asymptotic",
     params=(T_P, M_P, ETA_Y),
     derive=derive_logarithmic,
@@ -564,7 +564,8 @@ register(ClosedForm(
     derive=derive_gap_bound,
     printed=lambda: 2 * _sym("eta_Y") / _sym("M_vocab"),
     doc="Twice the largest one-step increment eta_Y/M of the recursion (at h = 0). The lemma states "
-        "0 <= h*(s) - h(s) <= 2 eta_Y/M for all s; the spec measures a maximum of 0.09-0.19 of the bound.",
+        "0 <= h*(s) - h(s) <= 2 eta_Y/M for all s; the check scan_snap.h.lemma7_gap measures a maximum of "
+        "0.09-0.19 of the bound.",
 ))
 
 _ROOT_DOC = ("Lemma 8: with u = M h, exp(u) = (M-1) u has the roots u_lo = -W_0(-1/(M-1)) and "

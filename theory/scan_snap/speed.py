@@ -401,7 +401,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.gamma_peak",
     title="max_t gamma(t) = (M-1) W_0((M-1)/e)/M",
-    source=f"{PAPER}, Theorem 1(b), Lemma 9 (gamma rises, then decays); spec R3",
+    source=f"{PAPER}, Theorem 1(b), Lemma 9 (gamma rises, then decays)",
     status="exact",
     params=(M_P, K_P, ETA_Y),
     derive=derive_gamma_peak,
@@ -412,7 +412,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.gamma_peak_time",
     title="argmax_t gamma(t) = K t(u*/M), u* = 1 + W_0((M-1)/e)",
-    source=f"{PAPER}, Theorem 1(b), Lemma 9; spec R3",
+    source=f"{PAPER}, Theorem 1(b), Lemma 9 (the peak of gamma)",
     status="exact",
     params=(M_P, K_P, ETA_Y),
     derive=derive_gamma_peak_time,
