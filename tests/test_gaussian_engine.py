@@ -1,6 +1,6 @@
 """The Isserlis (Wick) expectation engine, theory.gaussian, against independent computations:
 combinatorial counts, an explicit 3 x 3 whitening computation with sympy.stats moments, a hand
-formula and a Monte Carlo z-test for a sixth moment, and the spec's R3 for E[Lambda_hat A Lambda_hat].
+formula and a Monte Carlo z-test for a sixth moment, and a hand formula for E[Lambda_hat A Lambda_hat].
 """
 
 import itertools
@@ -187,8 +187,8 @@ def test_quadratic_form_and_mean():
     assert equal(expectation(LHAT), LAM)
 
 
-def test_lambda_hat_A_lambda_hat_is_spec_R3():
-    """Spec R3: E[Lambda_hat A Lambda_hat] = Lambda A Lambda + (Lambda A^T Lambda + tr(A Lambda) Lambda)/N."""
+def test_lambda_hat_A_lambda_hat_hand_formula():
+    """E[Lambda_hat A Lambda_hat] = Lambda A Lambda + (Lambda A^T Lambda + tr(A Lambda) Lambda)/N."""
     engine = expectation(LHAT, A, LHAT)
     r3 = LAM * A * LAM + (LAM * A.T * LAM + sp.Trace(A * LAM) * LAM) / N
     assert equal(engine, r3)

@@ -1,6 +1,6 @@
 """Moments of the linearised softmax under random-walk tokens (Bao, Hataya, Karakida 2024).
 
-References used here are independent of the sympy derivation: the spec's hand formulas, and an
+References used here are independent of the sympy derivation: hand formulas, and an
 exact numerical computation of the moments of quadratic forms in the Gaussian vector vec(X)
 (E[x^T M x] = tr(M C), Var = 2 tr(M C M C) for symmetric M), built from Cov(x_s, x_t) =
 min(s, t) Sigma and the given W_QK.
@@ -51,7 +51,7 @@ def exact_u_moments(W_QK, Sigma, T, lam):
     return np.array(means), np.array(variances)
 
 
-# -- derivations against the spec's hand formulas ---------------------------------------
+# -- derivations against hand formulas ------------------------------------------------
 def test_exact_moments_equal_the_spec_formulas():
     i, T, trW, trW2, lam = (sym(n) for n in ("i", "T", "trW", "trW2", "temperature"))
     mu = (i - (T + 1) / 2) * trW / (lam * T) + 1 / T
@@ -74,7 +74,7 @@ def test_limits_are_the_limits_of_the_exact_forms():
 
 
 def test_printed_variance_is_right_only_at_theta_zero():
-    """Spec §2: printed/corrected = 13 at theta = 1/2, 31/7 at theta = 1, 1 as theta -> 0."""
+    """Printed/corrected = 13 at theta = 1/2, 31/7 at theta = 1, 1 as theta -> 0."""
     cf = theory.get("localization.u.variance_limit")
     kw = dict(T=1000, trW2=1.0, temperature=1.0)
     assert cf(printed=True, i=500, **kw) / cf(i=500, **kw) == pytest.approx(13, rel=1e-12)

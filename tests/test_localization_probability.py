@@ -1,6 +1,6 @@
-"""The signal-propagation probability rho (Bao, Hataya, Karakida 2024, R2, eq. 6, Lemma 2).
+"""The signal-propagation probability rho (Bao, Hataya, Karakida 2024, eq. 6, Lemma 2).
 
-Reference values are the spec's numbers (§2, §5.2) and scipy's normal distribution.
+Reference values are hand-computed numbers and scipy's normal distribution.
 """
 
 import mpmath
@@ -54,7 +54,7 @@ def test_gaussian_tends_to_continuum(theta):
 
 
 def test_spec_values_at_zero_xi():
-    """Spec §5.2: xi = 0, eta = 1: corrected 0.405 (theta -> 0) vs 0.499 (theta = 1/2); printed 0.405 at
+    """xi = 0, eta = 1: corrected 0.405 (theta -> 0) vs 0.499 (theta = 1/2); printed 0.405 at
     theta -> 0 and 0.233 at theta = 1; printed rho'(1/2) = -0.223."""
     c, p = theory.get(CONT), theory.get(PRINTED)
     assert round(c(theta=1e-9, xi=0.0, eta=1.0), 3) == 0.405

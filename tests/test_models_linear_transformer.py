@@ -83,7 +83,7 @@ def test_lemma1_transpose():
 def test_dist_to_identity():
     assert lt.dist_to_identity(3 * np.eye(4)) == pytest.approx(0.0, abs=1e-15)
     Sinv = np.linalg.inv(np.diag([1, 1, 0.25, 0.0625, 1]))
-    assert lt.dist_to_identity(Sinv) == pytest.approx(0.785, abs=1e-3)      # spec §3
+    assert lt.dist_to_identity(Sinv) == pytest.approx(0.785, abs=1e-3)
 
 
 @pytest.mark.parametrize("call, name", [

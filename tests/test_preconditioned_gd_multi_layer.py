@@ -2,7 +2,7 @@
 moments, the loss on S = {A_l = a_l Sigma^{-1}}, the optimal steps and losses, the gradient
 scales, the two-layer optimum.
 
-Reference values are independent of the code under test: the spec's tables (§2.5, §2.8),
+Reference values are independent of the code under test: hand-computed tables,
 chi-square moments, the Isserlis engine of :mod:`theory.gaussian`, and numpy root finding.
 """
 
@@ -34,7 +34,7 @@ def _cf(id, **kw):
 
 
 # -- Wishart moments ----------------------------------------------------------------------
-SPEC_TABLE = {  # spec §2.8: E tr W^k, W ~ W_d(n, I)
+SPEC_TABLE = {  # E tr W^k, W ~ W_d(n, I)
     1: n_ * d_,
     2: n_ * d_ * (n_ + d_ + 1),
     3: n_ * d_ * (n_**2 + d_**2 + 3 * n_ * d_ + 3 * n_ + 3 * d_ + 4),
@@ -103,7 +103,7 @@ def test_loss_is_nonnegative_and_at_least_the_optimum(n, d, a):
 
 @pytest.mark.parametrize("n, d", [(20, 5), (4, 3), (1, 1), (3, 9), (1000, 2)])
 def test_one_layer_optimum_is_the_inverse_task_single_layer_loss(n, d):
-    """L = 1: a* = n/(n+d+1), f* = d(d+1)/(n+d+1) (spec §2.3, T1-w)."""
+    """L = 1: a* = n/(n+d+1), f* = d(d+1)/(n+d+1) (the inverse-task single-layer optimum)."""
     a_star = _cf(STEPS, n=n, d=d, L=1)
     assert a_star == pytest.approx([n / (n + d + 1)], rel=1e-14)
     expected = d * (d + 1) / (n + d + 1)
@@ -145,7 +145,7 @@ def test_loss_at_one_layer_by_hand():
 
 
 # -- optimal steps and losses ---------------------------------------------------------------
-SPEC_STEPS = {  # spec §2.5 table
+SPEC_STEPS = {  # independent reference values of the optimal steps
     (20, 5): {1: [10 / 13], 2: [0.515371, 1.249572], 3: [0.422409, 0.689126, 1.714217]},
     (10, 5): {1: [5 / 8], 2: [0.38689, 1.09959], 3: [0.300305, 0.528693, 1.64433]},
     (4, 3): {1: [1 / 2], 2: [0.27164, 0.84586], 3: [0.18778, 0.37635, 1.2572]},
@@ -177,7 +177,7 @@ def test_optimal_steps_and_loss_spec_table(n, d, L):
 
 
 def test_spec_kernel_polynomial_n20_d5():
-    """p*(s) = 1 - 256726320/90852389 s + 6881300/3132841 s^2 - 45335000/90852389 s^3 (spec §2.5)."""
+    """p*(s) = 1 - 256726320/90852389 s + 6881300/3132841 s^2 - 45335000/90852389 s^3."""
     c = ml.optimal_kernel(3)
     at = {ml._sym("n"): 20, ml._sym("d"): 5}
     assert [x.subs(at) for x in c] == [sp.Rational(-256726320, 90852389), sp.Rational(6881300, 3132841),
@@ -241,7 +241,7 @@ def test_numpy_against_mpmath(n, d, L):
 
 # -- Theorem 2 -----------------------------------------------------------------------------
 def test_two_layer_steps_n20_d5():
-    """Spec §2.4: a_0 + a_1 = 8770/4969, a_0 a_1 = 3200/4969, f*_2 = 1795/4969."""
+    """a_0 + a_1 = 8770/4969, a_0 a_1 = 3200/4969, f*_2 = 1795/4969."""
     s = _cf("preconditioned_gd.two_layer.step_sum", n=20, d=5)
     p = _cf("preconditioned_gd.two_layer.step_product", n=20, d=5)
     assert s == pytest.approx(8770 / 4969, rel=1e-14)
@@ -291,7 +291,7 @@ def test_gdpp_without_b_is_two_plain_gd_steps():
 
 
 def test_gdpp_spec_optimum_region_beats_plain_gd():
-    """Spec §2.6: GD++ reaches ~1e-3 at n = 20, d = 5 with 3 layers; already 2 layers with the
+    """GD++ reaches ~1e-3 at n = 20, d = 5 with 3 layers; already 2 layers with the
     curvature correction (a_0 b_0 < 0) beat the best plain 2-step GD (1795/4969)."""
     best_gd = _cf(OPT_LOSS, n=20, d=5, L=2)
     grid = [(_cf(GDPP, n=20, d=5, a=[a0, a1], b=[b0, 0.0]), a0, a1, b0)

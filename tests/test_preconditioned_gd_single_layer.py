@@ -1,7 +1,7 @@
 """Properties of the single-layer closed forms of Ahn, Cheng, Daneshmand, Sra 2023
-(Theorem 1, eqs. 6-7; the inverse-task optimum, spec §2.3; Theorem 5, ReLU attention).
+(Theorem 1, eqs. 6-7; the inverse-task optimum; Theorem 5, ReLU attention).
 
-Reference values are independent of the code: numbers from the spec's checks (§5) and hand
+Reference values are independent of the code: hand-computed numbers and hand
 formulas evaluated in exact rational arithmetic.
 """
 
@@ -41,7 +41,7 @@ def _random_sigma(rng, d, low=0.05, high=5.0):
 
 
 def _second_moment_S(Sigma, n):
-    """E[S^2] = (n+1)/n Sigma^2 + tr(Sigma)/n Sigma (spec §2.8), typed independently."""
+    """E[S^2] = (n+1)/n Sigma^2 + tr(Sigma)/n Sigma, typed independently."""
     return (n + 1) / n * Sigma @ Sigma + np.trace(Sigma) / n * Sigma
 
 
@@ -83,7 +83,7 @@ def test_optimal_loss_is_the_loss_at_the_optimum_and_a_minimum(seed, d, n):
     assert value - f_star == pytest.approx(excess, rel=1e-8, abs=1e-10)
 
 
-def test_excess_loss_has_the_transpose_where_the_spec_says():
+def test_excess_loss_has_the_transpose_of_the_derivation():
     """For non-symmetric Delta the excess is tr(Sigma D^T E[S^2] D), not tr(Sigma D E[S^2] D^T)."""
     Sigma, n = np.diag([2.0, 0.5, 0.1]), 4
     D = np.zeros((3, 3))
@@ -125,12 +125,12 @@ def test_isotropic_case_eq7(d, n):
 
 
 @pytest.mark.parametrize("eigs, n, expected", [
-    ((1, 1, 0.25, 0.0625, 1), 20, 0.68176),   # spec §5, item 1 (the experiments' spectrum)
+    ((1, 1, 0.25, 0.0625, 1), 20, 0.68176),   # the experiments' spectrum
     ((4, 1, 0.5, 0.1), 6, 2.09231),
     ((1, 1, 1, 1, 1), 20, 1.15385),
     ((1, 1, 1), 4, 1.5),
 ])
-def test_spec_values_of_the_optimal_loss(eigs, n, expected):
+def test_hand_computed_values_of_the_optimal_loss(eigs, n, expected):
     Sigma = _random_sigma(np.random.default_rng(0), len(eigs))
     lam, U = np.linalg.eigh(Sigma)
     Sigma = U @ np.diag(eigs) @ U.T
@@ -148,7 +148,7 @@ def test_forward_pass_at_the_optimum_is_h_gamma_xq():
     assert np.allclose(yhat, np.einsum("bi,ij,bj->b", pr.h, G, pr.query), rtol=0, atol=1e-12)
 
 
-# -- the inverse-task model (spec §2.3) ---------------------------------------------------------
+# -- the inverse-task model ---------------------------------------------------------------------
 @pytest.mark.parametrize("d, n", [(5, 20), (3, 4), (1, 1)])
 def test_inverse_task_optimum(d, n):
     Sigma = _random_sigma(np.random.default_rng(d + n), d)
@@ -160,11 +160,11 @@ def test_inverse_task_optimum(d, n):
     assert np.allclose(G, _cf(OPT, Sigma=Sigma, n=n), rtol=1e-12) is (d == 1)
 
 
-def test_inverse_task_spec_value():
-    assert _cf(FSTAR_INV, d=5, n=20) == pytest.approx(15 / 13, rel=1e-15)  # spec §2.5 table, L = 1
+def test_inverse_task_hand_computed_value():
+    assert _cf(FSTAR_INV, d=5, n=20) == pytest.approx(15 / 13, rel=1e-15)  # L = 1
 
 
-# -- symbolic: one theory, two papers (spec §7) ---------------------------------------------------
+# -- symbolic: one theory, two papers ----------------------------------------------------------
 def test_theorem1_is_the_merged_model_minimum():
     ident = sl.one_theory_identities()
     assert ident["optimal_preconditioner"] is True
@@ -194,8 +194,8 @@ def test_relu_optimum(d, n):
     assert _cf(RELU_LOSS, n=n, A=a * np.eye(d)) == pytest.approx(f_star, rel=1e-13)
 
 
-def test_relu_spec_value():
-    assert _cf(RELU_F, n=20, d=5) == pytest.approx(65 / 33, rel=1e-15)  # 1.96970 (spec §2.7)
+def test_relu_hand_computed_value():
+    assert _cf(RELU_F, n=20, d=5) == pytest.approx(65 / 33, rel=1e-15)  # 1.96970
 
 
 @settings(max_examples=20, deadline=None)

@@ -93,7 +93,7 @@ def test_time_shift_definition():
 
 
 def test_time_shift_spec_values():
-    """The spec's measured c(s) at M = 1000, eta_Y = 0.5: 1.88 at s = 1e2."""
+    """Measured c(s) at M = 1000, eta_Y = 0.5: 1.88 at s = 1e2."""
     hs = R.trajectory(100, 1000, 0.5)
     assert float(R.time_shift(np.array([100]), hs, 1000, 0.5)[0]) == pytest.approx(1.88, abs=0.01)
 

@@ -141,8 +141,8 @@ def test_extreme_parameters_do_not_overflow():
     assert u == pytest.approx(math.log(1e14 + 1 - 9999 * u), rel=1e-14)
 
 
-def test_spec_values():
-    """Spec §5.1: gamma peak 4.42 at ~0.82 t_0' (M = 1000); omega_1 = 0.3198; t_B/t_0 = 0.9989;
+def test_hand_computed_values():
+    """Gamma peak 4.42 at ~0.82 t_0' (M = 1000); omega_1 = 0.3198; t_B/t_0 = 0.9989;
     Corollary 1's sharp count 221 (M = 1000, eta_Y = 0.5, eps = 0.01)."""
     kw = dict(M=1000, K=10, eta_Y=1.0)
     assert round(cf("scan_snap.speed.gamma_peak")(**kw), 2) == 4.42

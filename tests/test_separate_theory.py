@@ -17,7 +17,7 @@ def _get(id):
 
 
 def test_plateau_levels_and_drops_match_the_spec_numbers():
-    # spec §3 R2 (independent hand values): N = 31, spectrum (0.4, 0.3, 0.2, 0.1)
+    # independent hand values: N = 31, spectrum (0.4, 0.3, 0.2, 0.1)
     levels = [_get("saddle_loss")(Lambda=FIG1, N=31, m=m) for m in range(5)]
     np.testing.assert_allclose(levels, [1, 0.640580, 0.377372, 0.209805, 0.135995], atol=5e-7)
     drops = [_get("drop_size")(Lambda=FIG1, N=31, m=m) for m in range(1, 5)]
@@ -178,7 +178,7 @@ def test_conspicuous_plateaus_are_the_saddles_at_multiples_of_R():
         for j in range(-(-4 // R)):
             assert cf(Lambda=FIG1, N=31, R=R, j=j) == pytest.approx(
                 _get("saddle_loss")(Lambda=FIG1, N=31, m=j * R), rel=1e-14)
-    # the spec's numbers (R2): R = 2 plateaus at L(M_0) = 1 and L(M_2) = 0.377372
+    # hand values: R = 2 plateaus at L(M_0) = 1 and L(M_2) = 0.377372
     assert cf(Lambda=FIG1, N=31, R=2, j=1) == pytest.approx(0.377372, abs=5e-7)
 
 

@@ -188,7 +188,7 @@ def test_sigma_and_white_loss_for_tiny_w_init_match_mpmath(name, w):
             assert abs(value - float(reference)) <= 1e-12 * abs(float(reference)) + 1e-307, (kw, value, reference)
 
 
-def test_sigma_audit_case():
+def test_sigma_at_tiny_w_init_and_large_t():
     """t = 400 tau, w_init = 1e-300: the value had been NaN; mpmath gives 0.8611 = 31/36."""
     kw = dict(t=400.0, tau=1.0, D=4, N=31, w_init=1e-300)
     assert theory.get("linear_attention.merged.sigma")(**kw) == pytest.approx(31 / 36, rel=1e-15)
@@ -215,7 +215,7 @@ def test_convergence_steps_is_finite_out_to_tiny_epsilon(M, epsilon):
     assert value == pytest.approx(float(mp50(cf.id, **kw)), rel=1e-13)
 
 
-def test_convergence_steps_audit_case():
+def test_convergence_steps_at_huge_M_and_tiny_epsilon():
     value = theory.get("scan_snap.speed.convergence_steps")(M=10**9, K=1, eta_Y=1.0, epsilon=1e-300)
     assert value == pytest.approx(1e300 * (1 - 5e-10), rel=1e-15)
 

@@ -3,7 +3,7 @@ backends, its printed form evaluated numerically, its input validation, and the 
 numbers of the paper (Zhang, Singh, Latham, Saxe 2025).
 
 Reference values in the last section are independent of the code: numbers printed in the
-paper or in the spec's checks, or hand formulas evaluated in exact rational arithmetic.
+paper, hand-computed numbers, or hand formulas evaluated in exact rational arithmetic.
 """
 
 from fractions import Fraction
@@ -312,7 +312,7 @@ SPECTRUM_EXACT = [Fraction(4, 10), Fraction(3, 10), Fraction(2, 10), Fraction(1,
 
 @pytest.mark.parametrize("Lam", [SPECTRUM, _rotated(SPECTRUM, seed=3)], ids=["diagonal", "rotated"])
 def test_global_min_loss_fig1_spectrum(Lam):
-    """Spec R7: 0.135995 for (0.4, 0.3, 0.2, 0.1), N = 31 (and eq. 19 with m = D, exactly)."""
+    """0.135995 for (0.4, 0.3, 0.2, 0.1), N = 31 (and eq. 19 with m = D, exactly)."""
     value = theory.get("linear_attention.merged.global_min_loss")(Lambda=Lam, N=31)
     assert round(value, 6) == 0.135995
     assert value == pytest.approx(float(_min_loss_hand(SPECTRUM_EXACT, Fraction(1, 31))), rel=1e-13)
@@ -320,13 +320,13 @@ def test_global_min_loss_fig1_spectrum(Lam):
 
 @pytest.mark.parametrize("c, expected", [(1.0, Fraction(5, 9)), (0.25, Fraction(5, 36))])
 def test_global_min_loss_white(c, expected):
-    """Spec R7: Lambda = c I_4, N = 31 gives c D (1 + D)/(N + 1 + D): 5/9 and 5/36."""
+    """Lambda = c I_4, N = 31 gives c D (1 + D)/(N + 1 + D): 5/9 and 5/36."""
     value = theory.get("linear_attention.merged.global_min_loss")(Lambda=c * np.eye(4), N=31)
     assert value == pytest.approx(float(expected), rel=1e-14)
 
 
 def test_ntp_global_min_loss_fig7():
-    """Spec R14: eq. 26 with m = D for (0.4, 0.3, 0.2, 0.1), N_max = 31: 0.379520."""
+    """Eq. 26 with m = D for (0.4, 0.3, 0.2, 0.1), N_max = 31: 0.379520."""
     value = theory.get("linear_attention.ntp.global_min_loss")(Lambda=SPECTRUM, N_max=31)
     assert round(value, 6) == 0.379520
     assert value == pytest.approx(float(_min_loss_hand(SPECTRUM_EXACT, _harmonic(31) / 31)), rel=1e-13)
@@ -334,7 +334,7 @@ def test_ntp_global_min_loss_fig7():
 
 @pytest.mark.parametrize("N_max, printed", [(31, 0.129911), (8, 0.339732)])
 def test_inv_length_mean(N_max, printed):
-    """E(1/N) = H_Nmax / N_max: 0.129911 at 31 (spec R14), H_8/8 = 761/2240 at 8 (spec 5.10)."""
+    """E(1/N) = H_Nmax / N_max: 0.129911 at 31, H_8/8 = 761/2240 at 8."""
     value = theory.get("linear_attention.ntp.inv_length_mean")(N_max=N_max)
     assert round(value, 6) == printed
     assert value == pytest.approx(float(_harmonic(N_max) / N_max), rel=1e-14)
@@ -350,7 +350,7 @@ def test_sigma_at_zero(D, w_init):
 
 
 def test_sigma_infinity_white_fig():
-    """sigma(inf) = N/(N + 1 + D) = 31/36 for D = 4, N = 31 (spec R10)."""
+    """sigma(inf) = N/(N + 1 + D) = 31/36 for D = 4, N = 31."""
     assert theory.get("linear_attention.merged.sigma_infinity")(D=4, N=31) == pytest.approx(31 / 36, rel=1e-15)
     assert theory.get(SIGMA)(t=100.0, tau=1.0, D=4, N=31, w_init=1e-3) == pytest.approx(31 / 36, rel=1e-14)
 
@@ -367,7 +367,7 @@ def test_white_loss_limits(D, N):
 
 
 def test_half_rise_time_spec_value():
-    """Spec 5.4: eq. 10 reaches sigma_inf/2 at 3.590 tau for D = 4, N = 31, w_init = 1e-3."""
+    """Eq. 10 reaches sigma_inf/2 at 3.590 tau for D = 4, N = 31, w_init = 1e-3."""
     value = theory.get("linear_attention.merged.half_rise_time")(tau=1.0, D=4, N=31, w_init=1e-3)
     assert round(value, 3) == 3.590
     alpha = 1 + 5 / 31
@@ -375,7 +375,7 @@ def test_half_rise_time_spec_value():
 
 
 def test_gamma_fig1_spectrum():
-    """gamma = ||Lambda^2||_F = sqrt(sum lambda^4) = sqrt(0.0354) = 0.188149 (spec 5.6: 0.18815)."""
+    """gamma = ||Lambda^2||_F = sqrt(sum lambda^4) = sqrt(0.0354) = 0.188149."""
     Lam = _rotated(SPECTRUM, seed=5)
     value = theory.get("linear_attention.merged.gamma")(Lambda=Lam)
     assert round(value, 5) == 0.18815
@@ -384,7 +384,7 @@ def test_gamma_fig1_spectrum():
 
 
 def test_plateau_time_fig1_spectrum():
-    """Eq. 54: tau/||Lambda^2||_F ln(1/w_init) = 48.95 tau at w_init = 1e-4 (spec 5.6)."""
+    """Eq. 54: tau/||Lambda^2||_F ln(1/w_init) = 48.95 tau at w_init = 1e-4."""
     value = theory.get("linear_attention.merged.plateau_time")(Lambda=SPECTRUM, tau=1.0, w_init=1e-4)
     assert round(value, 2) == 48.95
     assert value == pytest.approx(log(1e4) / sqrt(0.0354), rel=1e-14)

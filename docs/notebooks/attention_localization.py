@@ -212,7 +212,7 @@ plt.show()
 # %% [markdown]
 # **Bounds.** The Gaussian approximation is not exact: $u_i$ is a Gaussian bilinear form, and the
 # approximation is a CLT over the $d$ eigen-directions. At $d = 32$ its own error is up to about 0.07
-# on this grid (largest for $\eta\ge 0.5$, $|\xi|\ge 2$; the spec reports $\le 0.02$ at $d = 128$).
+# on this grid (largest for $\eta\ge 0.5$, $|\xi|\ge 2$; measured $\le 0.02$ at $d = 128$).
 # Monte Carlo noise on a maximum over the $20\times 40$ entries is at most $z\cdot 0.005$ with the
 # family-wise threshold $z$ of `verify.stats` (false alarm $10^{-6}$). So the exact-moment Gaussian
 # $\rho$ is held to $0.07 + z\cdot 0.005$. The corrected continuum form also drops the $O(1/T)$ terms of

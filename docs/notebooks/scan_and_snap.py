@@ -143,7 +143,7 @@ show("omega_1", record("scan_snap.h.omega_1").expr)
 for M in (30, 100, 1000, 10_000):
     w0, w1 = theory.get("scan_snap.h.omega_0")(M=M), theory.get("scan_snap.h.omega_1")(M=M)
     print(f"M = {M:>6}: omega_0 = {w0:.3g}, omega_1 = {w1:.4f}, ln ln M/ln M = {math.log(math.log(M)) / math.log(M):.3f}")
-claim("omega_1 = 0.3198 at M = 1000 (spec)", round(theory.get("scan_snap.h.omega_1")(M=1000), 4) == 0.3198)
+claim("omega_1 = 0.3198 at M = 1000", round(theory.get("scan_snap.h.omega_1")(M=1000), 4) == 0.3198)
 
 # %% [markdown]
 # **Lemma 9's identities (53, 54, 56, 57)** hold exactly along the solution: substituting $t=t(h)$
@@ -188,7 +188,7 @@ grid = tp * np.logspace(-2, 2, 4001)
 gvals = gam(t=grid, M=M, K=K, eta_Y=eta)
 claim("the grid maximum agrees (gamma <= the derived peak everywhere)", gvals.max() <= g_max * (1 + 1e-12)
       and abs(grid[gvals.argmax()] / t_max - 1) < 3e-3)
-claim("spec R3: max gamma ~ 4.42 at ~ 0.82 t_0' for M = 1000", round(g_max, 2) == 4.42 and round(t_max / tp, 2) == 0.82)
+claim("max gamma ~ 4.42 at ~ 0.82 t_0' for M = 1000", round(g_max, 2) == 4.42 and round(t_max / tp, 2) == 0.82)
 
 # %% [markdown]
 # **Two stages and the time scales.** $t_0'=K\ln M/\eta_Y$ (scanning), $t_A$ (eq. 52, $e^{Mh}=M-1$),
@@ -264,7 +264,7 @@ print("erratum:", growth.erratum)
 claim("printed - corrected = ln(C0)/4 exactly (sympy)",
       sp.simplify(sp.expand_log(growth.printed_expr - growth.expr, force=True) - sp.log(sym("C0")) / 4) == 0)
 
-# the attention ODE of eq. 10 (spec R5): K classes sharing a query, one common token (id 0)
+# the attention ODE of eq. 10: K classes sharing a query, one common token (id 0)
 Kc, Dc, eY, eZ = 4, 16, 1.0, 20.0
 cls = single_common(Kc, Dc)
 Mc, mq = cls.M, cls.psi[0]

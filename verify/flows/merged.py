@@ -29,7 +29,7 @@ rhs              right-hand side on the flat state ``[v, vec_C(U)]``
 integrate        solve_ivp of the flow -> :class:`FlowResult`
 loss             L(M), vectorised over a leading time axis
 gd               discrete gradient descent on the exact loss
-s_eff            effective initial scale of the escape (R10, [derived] in the reading notes)
+s_eff            effective initial scale of the escape (derived here; not in the paper)
 conserved        C = w2 w2^T - W1 W1^T (eq. 55)
 half_time        time of the half-way crossing of a curve
 """
@@ -476,8 +476,8 @@ def s_eff(v0, U0, Lambda) -> float:
     ``W1`` are ``vec(U_i)``, so ``(W1 m)_i = <U_i, Lambda^2>_F / ||Lambda^2||_F``. In the
     linearised (plateau) dynamics ``w2 + W1 m`` grows as ``exp(gamma t / tau)`` while the
     orthogonal parts stay ``O(w_init)``; replacing ``w_init^2`` by ``s_eff`` in eq. 10 makes
-    it exact to leading order for an arbitrary small initialisation (reading notes R10,
-    [derived]; not in the paper). For the balanced, aligned start of :func:`init_aligned`
+    it exact to leading order for an arbitrary small initialisation (derived
+    here; not in the paper). For the balanced, aligned start of :func:`init_aligned`
     with ``m`` along ``Lambda^2`` it equals ``w_init^2``.
     """
     import theory

@@ -151,7 +151,7 @@ def init_aligned_separate(Lambda, H: int, R: int, w_init, sigma=None):
     """Balanced, aligned start: ``k_i1 = q_i1 = v_i e_{sigma(i)}``, ``v_i = w_init``.
 
     On this manifold (distinct ``sigma(i)``) every head obeys its own copy of the scalar
-    ODE eq. 21 exactly and at the same time (reading notes R6); the conserved quantities of
+    ODE eq. 21 exactly and at the same time; the conserved quantities of
     eq. 82/88 vanish. Pieces ``r >= 2`` are zero.
 
     Parameters

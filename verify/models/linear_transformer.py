@@ -579,7 +579,7 @@ if torch is not None:
             layer rescaled to ``[P_l]_{d+1,d+1} = 1`` and summed over layers (Frobenius).
 
             ``"P last row"`` = ``P[d+1, 1:d]`` and ``"Q last row"`` = ``Q[d+1, 1:d]`` reach the
-            output (zero at the single-layer optimum, spec §2.2); ``"P last column"`` =
+            output (zero at the single-layer optimum); ``"P last column"`` =
             ``P[1:d, d+1]`` and ``"Q last column"`` = ``Q[:, d+1]`` do not for ``L = 1``.
             """
             names = ("P last row", "Q last row", "P last column", "Q last column")

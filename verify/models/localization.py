@@ -22,7 +22,7 @@ prints the first two terms **without P** (``form="printed"``).
 Language model: ``L`` blocks ``Z = X + W_V X A^T``, ``X' = Z + W_F2 relu(W_F1 Z)``, with the
 causal softmax attention ``A[t, s] = softmax_s(x_s^T W_Q^T W_K x_t / lambda)`` over keys
 ``s <= t``, ``lambda = sqrt(d)``, separate ``W_Q, W_K, W_V`` (single head), no layer norm (the
-block of spec §1.2, as analysed; the paper's experiments use post-LN), no embedding; the
+block as analysed in the paper; the paper's experiments use post-LN), no embedding; the
 prediction of the next token is the last output column.
 
 Contents
@@ -153,7 +153,7 @@ def clipped_linear_loss(X, y, W_QK, W_V, W_F, temperature):
 def qk_gradient(X, y, W_QK, W_V, W_F, temperature, form: str = "corrected", terms: bool = False):
     """Per-sample QK-gradient of eq. 3 (the expectation's integrand), shape ``(B, d, d)``.
 
-    ``form="corrected"``: with ``P`` in the first two terms (spec §2, eq. 3 corrected);
+    ``form="corrected"``: with ``P`` in the first two terms (eq. 3 corrected);
     ``form="printed"``: as printed, without ``P``. ``Gamma`` is evaluated at the sample
     (locally constant off the clip boundaries). ``terms=True`` returns the three terms
     separately (the matrix forms of (19), (20), (21)).

@@ -20,10 +20,10 @@ SequenceClasses          the data model (probabilities, query/label ids, distinc
                          sampling)
 syn_small, single_common data sets: the authors' Syn-Small generator (M = 34 incl. query and next
                          ids) and K classes with D distinct tokens each plus one common token
-attention_velocity       eq. 10 / 97 with the Theorem-1 coefficient beta = E' (spec R5), per unit
+attention_velocity       eq. 10 / 97 with the Theorem-1 coefficient beta = E', per unit
                          eta_Z gamma; also xi_n / gamma
-population_run           the batch-1 population (Y, Z) dynamics of Lemma 1 + Lemma 2 (spec R6)
-decoder_run              Lemma 5's single-class decoder iteration (R6 with eta_Z = 0)
+population_run           the batch-1 population (Y, Z) dynamics of Lemma 1 + Lemma 2
+decoder_run              Lemma 5's single-class decoder iteration (population_run with eta_Z = 0)
 OneLayerTransformer      torch: embedding, softmax self-attention (separate W_Q, W_K, W_V), the
                          l2 normalisation of §1.2, decoder tied to the embedding, cross-entropy
 train_transformer        SGD (two learning rates eta_Y, eta_Z, momentum) on sampled sequences
@@ -164,9 +164,9 @@ def single_common(K: int, D: int, distinct_weights=None, common_weight: float = 
     return SequenceClasses(P, psi, n_ctx + n_q + np.arange(K))
 
 
-# -- R5: the attention ODE (eq. 10 with the Theorem-1 gradient) -------------------------------
+# -- the attention ODE (eq. 10 with the Theorem-1 gradient) -----------------------------------
 def attention_velocity(classes: SequenceClasses, Z: np.ndarray, scale: float = 1.0):
-    """dZ/dt / (eta_Z gamma) and xi_n / gamma for the logits ``Z`` (M, M) (spec R5).
+    """dZ/dt / (eta_Z gamma) and xi_n / gamma for the logits ``Z`` (M, M) (eq. 10).
 
     f_n = c_n/||c_n||, E = F^T F - I, beta = E' = I - (I + E)^{-1} (Theorem 1, eq. 88 to first
     order), and row psi(n) of Z moves by ``scale * f_n * sum_{n' != n} beta_nn' ((f_n^T f_n') f_n -
@@ -185,7 +185,7 @@ def attention_velocity(classes: SequenceClasses, Z: np.ndarray, scale: float = 1
     return dZ, xi
 
 
-# -- R6: the population (Y, Z) dynamics ---------------------------------------------------------
+# -- the population (Y, Z) dynamics (Lemma 1) ------------------------------------------------------
 def _softmax(x):
     e = np.exp(x - x.max())
     return e / e.sum()
@@ -193,7 +193,7 @@ def _softmax(x):
 
 def population_run(classes: SequenceClasses, eta_Y: float, eta_Z: float, steps: int, *,
                    order=None, rng=None, record_every: int = 1):
-    """Batch-1 population dynamics of Lemma 1 in the long-sequence limit (spec R6).
+    """Batch-1 population dynamics of Lemma 1 in the long-sequence limit (Lemma 2).
 
     Per step a class n (``order[s]``, else uniform from ``rng``, else round-robin): c = attention
     of n, f = c/||c||, alpha = softmax(Y^T f), g = Y (e_label - alpha); then

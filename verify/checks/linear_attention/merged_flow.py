@@ -12,7 +12,7 @@ Contains
 ``linear_attention.merged.flow_sigmoid_aligned``         eq. 10, eq. 51, sigma_inf, t_1/2 from a
                                                          balanced, aligned start (Lambda = I)
 ``linear_attention.merged.flow_sigmoid_random_init``     eq. 10 from the eq.-34 random start, with
-                                                         w_init^2 -> s_eff (R10, [derived])
+                                                         w_init^2 -> s_eff (derived here)
 ``linear_attention.merged.plateau_slope``                eq. 54: slope of the half-drop time in
                                                          ln(1/w_init), non-white Lambda
 ``linear_attention.merged.conservation_and_convergence`` eq. 55, convergence to M* (eq. 11) and
@@ -35,7 +35,7 @@ from verify.tasks.in_context_regression import random_covariance
 
 #: The paper's Figs. 1-3 setting.
 D, N, H, TAU = 4, 31, 8, 1.0
-#: Fig.-1 spectrum (random eigenvectors; reading notes §6 item 12).
+#: Fig.-1 spectrum (random eigenvectors).
 SPECTRUM = (0.4, 0.3, 0.2, 0.1)
 #: ODE relative tolerance used throughout.
 RTOL = 1e-10
@@ -199,7 +199,7 @@ def flow_sigmoid_random_init(ctx):
         criterion="max_t |tr(M_ODE)/D - sigma_eq10(w_init^2 -> s_eff)| <= 1e-5 for 3 eq.-34 "
                   "draws at w_init = 1e-3; s_eff is exact to leading order, the neglected "
                   "components orthogonal to m stay O(w_init) and enter sigma at O(w_init^2) "
-                  "relative (spec measured 1.9e-7); the delay without the substitution must be "
+                  "relative (measured 1.9e-7); the delay without the substitution must be "
                   "positive",
         passed=bool(disc <= tol and min(delays) > 0),
         controls=[Control("eq. 10 with the nominal w_init (no s_eff)", raw, tol,

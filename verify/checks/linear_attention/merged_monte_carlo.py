@@ -11,7 +11,7 @@ Contains
 --------
 ``linear_attention.data.mc_moments``        E[Lhat], E[Lhat^2], E[beta beta^T], E[y_q z],
                                             E[z z^T], E[y_q^2], E[x x^T A x x^T]
-                                            (eqs. 27-31, 43-44, R3)
+                                            (eqs. 27-31, 43-44)
 ``linear_attention.merged.mc_global_min``   loss of the eq.-11 predictor, L(M) for a random M,
                                             and the duality: least squares of y_q on z gives
                                             vec(M*) (eqs. 9b, 11, 46)
@@ -49,7 +49,7 @@ from verify.tasks.in_context_regression import (
 EIGENVALUES = (1.0, 0.5, 0.2)
 
 
-#: Small context length, so that the 1/N terms are large (spec §5.2).
+#: Small context length, so that the 1/N terms are large.
 N_SMALL = 5
 
 

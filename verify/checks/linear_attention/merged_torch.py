@@ -46,7 +46,7 @@ def _reference_predictions(X: np.ndarray, w: np.ndarray, v, U, v_vec, u_vec, N: 
                            query_in_xx: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """eq. M and the general D.1 expression, in numpy from the token matrices.
 
-    Returns ``(beta^T M x_q, R9)`` where R9 (App. D.1, with eq. 28) is
+    Returns ``(beta^T M x_q, r)`` where ``r`` (App. D.1, with eq. 28) is
     ``sum_i [v_i^T (Lhat + x_q x_q^T / N) U_i + v_i beta^T U_i + (v_i^T beta) u_i^T
     + v_i (w^T Lhat w) u_i^T] x_q``. ``query_in_xx=False`` drops the query's
     ``x_q x_q^T / N`` term (a negative control: ``X X^T`` does contain the query column).

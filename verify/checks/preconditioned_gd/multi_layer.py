@@ -97,7 +97,7 @@ def loss_from_moments(a, m_with_zero) -> float:
 
 
 def residual_polynomial(s, a, b=None) -> np.ndarray:
-    """``r(s)`` of the spectral form (spec §2.6), elementwise in ``s``.
+    """``r(s)`` of the spectral form, elementwise in ``s``.
 
     ``b is None``: eq. 8, ``r(s) = prod_l (1 - a_l s)``. Otherwise GD++ (eq. 11, ``Q_l =
     +[[A_l, 0], [0, 0]]``, ``A_l = a_l Sigma^{-1}``, ``B_l = b_l I``): ``p_0 = 1``,

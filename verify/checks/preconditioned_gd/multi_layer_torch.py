@@ -16,7 +16,7 @@ Sigma^{-1})``. The learned weights are compared with the closed forms of the
   the loss of the theoretical optimum on the same prompts).
 
 Comparisons are made in the ``Sigma^{1/2} . Sigma^{1/2}`` metric, where every eigendirection
-counts by its effect on the loss (spec: raw Frobenius errors are dominated by the slowly
+counts by its effect on the loss (raw Frobenius errors are dominated by the slowly
 learned low-variance directions).
 
 Contains
@@ -107,7 +107,7 @@ def _window_mean(log: np.ndarray, frac: float = 0.1) -> np.ndarray:
 # =====================================================================================
 #: Optimiser settings. Quick: the authors' AdamW moments (0.99, 0.9) with a larger
 #: learning rate so that 2000 steps of batch 1000 get close (L = 2 only; L = 1 is the
-#: ``theorem3_full`` check's setting, L = 3 needs the full profile); full: the spec's run
+#: ``theorem3_full`` check's setting, L = 3 needs the full profile); full: a longer run
 #: (batch 8000 fresh, lr 0.01 halved every 3000 steps, 12000 steps).
 SPARSE_QUICK = dict(steps=2000, batch=1000, lr=0.1, halve_every=500, betas=(0.99, 0.9))
 
@@ -241,11 +241,11 @@ def theorem3_sparse(ctx):
             f"MC loss of the optimum within z_crit = {z_crit:.2f} s.e. of optimal_loss, and the "
             "trained model not significantly below the optimum. "
             + ("Quick profile (2000 steps): the direction of eigenvalue 0.0625 has 1/256 of the "
-               "curvature of the largest and is not finished (spec §5), so the tolerances are "
+               "curvature of the largest and is not finished, so the tolerances are "
                "set at about a third of the distance to the nearest wrong hypothesis (plain GD "
                "Dist(Sigma, I) = 0.53, the identity-task preconditioner 0.31, steps at n/2 off by "
                ">= 19 %)." if ctx.profile == "quick" else
-               "Full profile: the spec's converged run (12000 steps, batch 8000) reached Dist "
+               "Full profile: a converged run (12000 steps, batch 8000) reached Dist "
                "0.011-0.019, steps within 0.5 % and loss within 1 %.")),
         controls=controls,
         details={"settings": settings, "Sigma eigenvalues": np.linalg.eigvalsh(Sigma),

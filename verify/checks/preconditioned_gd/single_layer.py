@@ -16,10 +16,10 @@ Contains
 ``preconditioned_gd.single_layer.mc_perturbation``     f(Gamma* + Delta) - f* = tr(Sigma Delta^T E[S^2] Delta)
 ``preconditioned_gd.single_layer.lifted_least_squares`` no single-layer (P, Q) beats Gamma*: least
                                                        squares on every feature G_kl x_q[j]
-``preconditioned_gd.single_layer.mc_inverse_task``     optimum under w* ~ N(0, Sigma^{-1}) (spec §2.3)
+``preconditioned_gd.single_layer.mc_inverse_task``     optimum under w* ~ N(0, Sigma^{-1})
 ``preconditioned_gd.relu.mc_loss``                     ReLU attention f(A) = c ||A||^2 + tr A + d (Theorem 5)
 ``preconditioned_gd.single_layer.one_theory``          symbolic: Theorem 1 = the merged-model minimum of
-                                                       Zhang et al. 2025 (spec §7); stationarity
+                                                       Zhang et al. 2025; stationarity
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def mc_perturbation(ctx):
     V = random_orthogonal(rng, d)  # columns: eigenvectors for lam (descending)
     Sigma = V @ np.diag(lam) @ V.T
     Sigma = 0.5 * (Sigma + Sigma.T)
-    M2 = (n + 1) / n * Sigma @ Sigma + np.trace(Sigma) / n * Sigma  # E[S^2], spec §2.8
+    M2 = (n + 1) / n * Sigma @ Sigma + np.trace(Sigma) / n * Sigma  # E[S^2]
     G = _cf(f"{TOPIC}.optimal_preconditioner", Sigma=Sigma, n=n)
     f_star = _cf(f"{TOPIC}.optimal_loss", Sigma=Sigma, n=n)
     loss = theory.get(f"{TOPIC}.loss")

@@ -53,7 +53,7 @@ def _weighted_err(G, G_ref, Sh) -> float:
        title="One layer, every entry of P, Q trained: the effective preconditioner is "
              "n/(n+d+1) Sigma^{-1}")
 def theorem3_full(ctx):
-    """Train one layer with full ``(d+1) x (d+1)`` matrices ``P, Q`` (spec §2.1-2.3).
+    """Train one layer with full ``(d+1) x (d+1)`` matrices ``P, Q``.
 
     Only the last row ``b^T`` of ``P`` and the first ``d`` columns of ``Q`` reach the output
     (eq. 14); at the optimum ``b = p e_{d+1}``, ``Q[:, 1:d] = -p^{-1} [Gamma*; 0]`` with

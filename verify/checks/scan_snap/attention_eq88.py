@@ -152,7 +152,7 @@ def eq88_beta_sign(ctx):
                                         "min |beta - eq. 88 printed|": worst_p,
                                         "2 |q_0| (the sign flip's size at theta = 0)": 2 * M / (M - 1) ** 2}
             err, err_printed = max(err, worst), min(err_printed, worst_p)
-    # example values (M = 40, K = 3), as in the spec's table
+    # example values (M = 40, K = 3), reported in the details
     F = weak_attention(rng, 40, 3)
     theta = rng.uniform(-0.2, 0.2, 3)
     a, Ep, _ = theorem1_coefficients(F, theta, math.log(40) / 40, 0)

@@ -6,13 +6,13 @@ Theorems 2-4) on the paper's data model (verify.models.scan_snap).
 * ``scan_snap.attention.theorem4_ode``: Theorem 4's ODE (eqs. 118-119) integrated with the
   registered gamma(t) against the corrected B_n and common logit, in both readings of the class
   sum; the printed B_n (eq. 124) is rejected at every time; eq. 14's two regimes.
-* ``scan_snap.attention.ode_bn``: the attention ODE of eq. 10 (spec R5) on K classes
+* ``scan_snap.attention.ode_bn``: the attention ODE of eq. 10 on K classes
   with one common token: z_CT(t) and B_n(t) against the closed forms inside a bracket computed
   from the measured violation of Theorem 4's hypotheses.
 * ``scan_snap.attention.theorem23_ode``: Theorem 3's invariant r(t) = r(0) chi_l(t) to ODE
-  precision and Theorem 2's signs (and the eq.-99 pair term) along R5 with asymmetric classes.
+  precision and Theorem 2's signs (and the eq.-99 pair term) along eq. 10 with asymmetric classes.
 * ``scan_snap.attention.population_signs``: Theorem 2's signs in the full batch-1 population
-  model (spec R6, learned decoder) when eta_Z << eta_Y.
+  model (Lemmas 1-2, learned decoder) when eta_Z << eta_Y.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _integrate_theorem4(M, K, eta_Y, eta_Z, C0, k, ts):
        title="Theorem 4: integrated common-token ODE vs the corrected B_n and z_ml (both readings); "
              "printed eq. 124 rejected at every t")
 def theorem4_ode(ctx):
-    M, K, eta_Y, eta_Z, C0 = 1000, 10, 1.0, 0.5, 0.1  # the spec's point (§5.1)
+    M, K, eta_Y, eta_Z, C0 = 1000, 10, 1.0, 0.5, 0.1  # M = 1000, as in the gamma reference values
     t0 = _get("speed.snap_time")(M=M, K=K, eta_Y=eta_Y)
     t0p = K * np.log(M) / eta_Y
     ts = np.concatenate([[0.0], np.geomspace(1e-3 * t0p, 1e6 * t0, ctx.pick(quick=120, full=600))])
@@ -125,15 +125,15 @@ def theorem4_ode(ctx):
         measured=errs, predicted="corrected closed forms (ODE error only)", discrepancy=disc, tolerance=1.0,
         criterion="max over a log grid t in [1e-3 t_0', 1e6 t_0] of |closed form - ODE| <= 1e-8 for z and B in both "
                   "readings (DOP853 at rtol 1e-11 in u = ln(1+t): the global error is a few hundred local errors); "
-                  "eq. 14's corrected regimes within 1% of the ODE for t <= 0.1 t_0' and t >= 100 t_0 (spec V13); "
+                  "eq. 14's corrected regimes within 1% of the ODE for t <= 0.1 t_0' and t >= 100 t_0; "
                   "statistic = the larger of the two ratios error/tolerance",
         controls=controls, details=details, figures=figures,
     )
 
 
-# -- R5: the attention ODE on the data model -----------------------------------------------------------
+# -- the attention ODE (eq. 10) on the data model --------------------------------------------------------
 def _integrate_r5(classes: SequenceClasses, scale, eta_Y, eta_Z, ts):
-    """Integrate R5 for the rows of Z of the queries, with dB_n/dt = eta_Z gamma xi_n (in u = ln(1+t)).
+    """Integrate eq. 10 for the rows of Z of the queries, with dB_n/dt = eta_Z gamma xi_n (in u = ln(1+t)).
 
     Returns (Zs (n_t, M, M), B (n_t, K), velocities dZ/(eta_Z gamma) (n_t, M, M), xi/gamma (n_t, K)).
     """
@@ -187,7 +187,7 @@ def _bracket(G, C0, k, eps, dlt):
                "scan_snap.attention.common_logit_literal", "scan_snap.speed.gamma",
                "scan_snap.speed.gamma_integral"],
        decides=["scan_snap.attention.growth"],
-       title="Eq. 10 attention ODE (R5), one common token: z_CT(t), B_n(t) vs Theorem 4 in both readings "
+       title="Eq. 10 attention ODE, one common token: z_CT(t), B_n(t) vs Theorem 4 in both readings "
              "of the class sum, within the measured hypothesis violation")
 def attention_ode_bn(ctx):
     K, D = 4, ctx.pick(quick=16, full=32)
@@ -247,7 +247,7 @@ def attention_ode_bn(ctx):
     series = []
     for reading, (B, Bf, Bp, z, zf) in figs.items():
         short = reading.split(" ")[0]
-        series += [{"label": f"R5 ODE ({short})", "x": ts[1:].tolist(), "y": B[1:].tolist(), "style": "o"},
+        series += [{"label": f"eq. 10 ODE ({short})", "x": ts[1:].tolist(), "y": B[1:].tolist(), "style": "o"},
                    {"label": f"corrected form ({short})", "x": ts[1:].tolist(), "y": Bf[1:].tolist()},
                    {"label": f"printed form ({short} C0)", "x": ts[1:].tolist(), "y": Bp[1:].tolist(), "style": "--"}]
     figures = {"bn_printed_corrected_simulated": {
@@ -256,7 +256,7 @@ def attention_ode_bn(ctx):
     return Outcome(
         measured={"max |form - ODE|/width": float(worst)}, predicted="<= 1", discrepancy=float(worst), tolerance=1.0,
         criterion="If dz/dt = -k (1+eps) C0^-1 eta_Z gamma e^{4z} and dB/dt = (1+delta) C0^-1 eta_Z gamma e^{4z} "
-                  "with eps, delta in [lo, hi] (running ranges measured along the R5 solution, extended to 0), then "
+                  "with eps, delta in [lo, hi] (running ranges measured along the ODE solution, extended to 0), then "
                   "separation bounds z and B between the closed forms at the range ends; the correct closed form "
                   "(eps = delta = 0) and the ODE both lie in that bracket, so |form - ODE| <= its width (+1e-9 ODE "
                   "allowance) at every t; k = 1 for the averaged sum (s = 1/K), k = K for the literal sum (s = 1). "
@@ -266,7 +266,7 @@ def attention_ode_bn(ctx):
     )
 
 
-# -- Theorems 2 and 3 along R5 ---------------------------------------------------------------------------
+# -- Theorems 2 and 3 along eq. 10 ------------------------------------------------------------------------
 def _asymmetric_classes(rng, K, D):
     """K classes sharing the query and one common token (id 0), each with D distinct tokens of random
     weights (the symmetric case of Corollary 2 is not needed for Theorem 2(b))."""

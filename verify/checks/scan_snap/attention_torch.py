@@ -3,7 +3,7 @@
 self-attention with separate W_Q, W_K, W_V, the l2-normalised attention output of §1.2, a
 decoder tied to the embedding, cross-entropy) trained on sequences sampled from the data model.
 
-Protocol (the authors' synthetic one, spec §3): SGD with two learning rates (decoder eta_Y on
+Protocol (the authors' synthetic one): SGD with two learning rates (decoder eta_Y on
 W_V, attention eta_Z on W_Q, W_K), momentum 0.9, batch 128, sequence length T = 128 (127
 contextual tokens), fresh sequences every iteration, 100 iterations; data Syn-Small (K = 2, 10
 common tokens, 10 distinct tokens per class with weights linspace(0.1, 1, 10), vocabulary
