@@ -153,7 +153,7 @@ def test_model_shapes(layers):
 
 
 def test_tiny_training_is_deterministic():
-    from verify.checks.localization.locater_torch import train
+    from verify.models.localization import train_language_model as train
 
     runs = [train(torch.Generator().manual_seed(5), steps=3, kappa1=0.1, kappa2=1.0, d=4, T=5, batch=8,
                   record_every=1) for _ in range(2)]

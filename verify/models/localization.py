@@ -48,9 +48,9 @@ try:  # torch is needed only for the trainable model and autograd
 except ImportError:  # pragma: no cover
     torch = nn = None
 
-__all__ = ["FORMS", "SelfAttentionLM", "attention_entropy", "clipped_linear_loss", "eigenspectrum",
-           "linearised_coefficients", "locater_penalty", "qk_gradient", "qk_gradient_expansion",
-           "signal_propagation_frequency"]
+__all__ = ["FORMS", "SelfAttentionLM", "noisy_walk", "train_language_model", "attention_entropy",
+           "clipped_linear_loss", "eigenspectrum", "linearised_coefficients", "locater_penalty", "qk_gradient",
+           "qk_gradient_expansion", "signal_propagation_frequency"]
 
 FORMS = ("corrected", "printed")
 
@@ -305,3 +305,63 @@ class SelfAttentionLM(nn.Module if nn is not None else object):
     def locater(self, kappa1: float, kappa2: float):
         """LOCATER penalty summed over the blocks."""
         return sum(locater_penalty(self.W_Q[l], self.W_K[l], kappa1, kappa2) for l in range(self.layers))
+
+
+# -- training (Sec. 7, Figs. 6-7) -------------------------------------------------------------
+#: The experiment's sizes: token dimension, sequence length, batch, Adam step, observation noise.
+D_MODEL, T_SEQ, BATCH = 32, 32, 64
+LR = 1e-3
+SIGMA_OBS = 1.0
+
+
+def noisy_walk(generator, batch, d, T, sigma_obs, dtype, device):
+    """Tokens x_1..x_{T+1} (columns) of a random walk ``s_{t+1} = s_t + e_t`` observed with noise,
+    ``x_t = s_t + n_t`` (``e_t ~ N(0, I_d)``, ``n_t ~ N(0, sigma_obs^2 I_d)``): (batch, d, T + 1)."""
+    import torch
+
+    s = torch.randn(batch, d, T + 1, generator=generator, dtype=dtype, device=device).cumsum(dim=2)
+    return s + sigma_obs * torch.randn(batch, d, T + 1, generator=generator, dtype=dtype, device=device)
+
+
+def train_language_model(generator, *, layers=1, steps=300, kappa1=0.0, kappa2=0.0, record_every=10, d=D_MODEL,
+                         T=T_SEQ, batch=BATCH, lr=LR, device="cpu"):
+    """Train one :class:`SelfAttentionLM` with Adam on next-token regression of a noisy random walk
+    (:func:`noisy_walk`; loss ``|x_{T+1} - F(X)_T|^2 / (2 d)``), with the LOCATER penalty when
+    ``kappa1`` or ``kappa2`` is non-zero (Bao, Hataya, Karakida 2024, Sec. 6-7). Returns a dict of
+    per-record histories (loss, attention entropy, eigenspectrum of the first block's W_QK, rho)
+    and the final eigenspectrum of every block. The data stream and the initialisation both come
+    from ``generator``.
+    """
+    import torch
+
+    dtype = torch.float32
+    model = SelfAttentionLM(d, layers, generator=generator, dtype=dtype, device=device)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    hist = {k: [] for k in ("step", "loss", "entropy_last", "entropy_all", "trace_mean", "variance",
+                            "frobenius_sq", "rho")}
+    for step in range(steps + 1):
+        walk = noisy_walk(generator, batch, d, T, SIGMA_OBS, dtype, device)
+        X, y = walk[:, :, :T], walk[:, :, T]
+        out, attns, inputs = model(X, return_all=True)
+        loss = 0.5 * ((out - y) ** 2).mean(dim=0).sum() / d
+        if step % record_every == 0 or step == steps:
+            with torch.no_grad():
+                e_last, e_all = attention_entropy(attns[0])
+                spec = eigenspectrum(model.qk(0).detach().cpu().double().numpy())
+                rho = signal_propagation_frequency(inputs[0], model.qk(0), model.temperature)
+            hist["step"].append(step)
+            hist["loss"].append(float(loss.detach()))
+            hist["entropy_last"].append(float(e_last))
+            hist["entropy_all"].append(float(e_all))
+            hist["trace_mean"].append(spec["mean"])
+            hist["variance"].append(spec["variance"])
+            hist["frobenius_sq"].append(spec["frobenius_sq"])
+            hist["rho"].append(rho.cpu().double().numpy().tolist())
+        if step == steps:
+            break
+        total = loss + (model.locater(kappa1, kappa2) if (kappa1 or kappa2) else 0.0)
+        opt.zero_grad()
+        total.backward()
+        opt.step()
+    final = {l: eigenspectrum(model.qk(l).detach().cpu().double().numpy()) for l in range(layers)}
+    return {"history": hist, "final": final}

@@ -39,68 +39,13 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.models.localization import BATCH, LR, SIGMA_OBS
+from verify.models.localization import D_MODEL as D
+from verify.models.localization import T_SEQ as T_LEN
+from verify.models.localization import train_language_model as train
 
-D, T_LEN, BATCH = 32, 32, 64
-SIGMA_OBS = 1.0
-LR = 1e-3
 KAPPA1, KAPPA2 = 1.0, 10.0
 VAR_RATIO, TRACE_GAP = 0.25, 0.25
-
-
-def _noisy_walk(generator, batch, d, T, sigma_obs, dtype, device):
-    """Tokens x_1..x_{T+1} (columns) of a random walk observed with noise: (batch, d, T + 1)."""
-    import torch
-
-    s = torch.randn(batch, d, T + 1, generator=generator, dtype=dtype, device=device).cumsum(dim=2)
-    return s + sigma_obs * torch.randn(batch, d, T + 1, generator=generator, dtype=dtype, device=device)
-
-
-def train(generator, *, layers=1, steps=300, kappa1=0.0, kappa2=0.0, record_every=10, d=D, T=T_LEN,
-          batch=BATCH, lr=LR, device="cpu"):
-    """Train one model; returns a dict of per-record histories and the final state.
-
-    The data stream and the initialisation both come from ``generator``.
-    """
-    import torch
-
-    from verify.models.localization import (
-        SelfAttentionLM,
-        attention_entropy,
-        eigenspectrum,
-        signal_propagation_frequency,
-    )
-
-    dtype = torch.float32
-    model = SelfAttentionLM(d, layers, generator=generator, dtype=dtype, device=device)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    hist = {k: [] for k in ("step", "loss", "entropy_last", "entropy_all", "trace_mean", "variance",
-                            "frobenius_sq", "rho")}
-    for step in range(steps + 1):
-        walk = _noisy_walk(generator, batch, d, T, SIGMA_OBS, dtype, device)
-        X, y = walk[:, :, :T], walk[:, :, T]
-        out, attns, inputs = model(X, return_all=True)
-        loss = 0.5 * ((out - y) ** 2).mean(dim=0).sum() / d
-        if step % record_every == 0 or step == steps:
-            with torch.no_grad():
-                e_last, e_all = attention_entropy(attns[0])
-                spec = eigenspectrum(model.qk(0).detach().cpu().double().numpy())
-                rho = signal_propagation_frequency(inputs[0], model.qk(0), model.temperature)
-            hist["step"].append(step)
-            hist["loss"].append(float(loss.detach()))
-            hist["entropy_last"].append(float(e_last))
-            hist["entropy_all"].append(float(e_all))
-            hist["trace_mean"].append(spec["mean"])
-            hist["variance"].append(spec["variance"])
-            hist["frobenius_sq"].append(spec["frobenius_sq"])
-            hist["rho"].append(rho.cpu().double().numpy().tolist())
-        if step == steps:
-            break
-        total = loss + (model.locater(kappa1, kappa2) if (kappa1 or kappa2) else 0.0)
-        opt.zero_grad()
-        total.backward()
-        opt.step()
-    final = {l: eigenspectrum(model.qk(l).detach().cpu().double().numpy()) for l in range(layers)}
-    return {"history": hist, "final": final}
 
 
 def _criterion(run, ref):
