@@ -196,13 +196,13 @@ def test_train_adam_stops_on_a_diverging_loss():
     assert r.step[-1] == r.stopped_at
     assert not r.batch_loss[-1] <= 1e3               # above the bound, or non-finite
     # a torch check turns a stopped run into a failed outcome that says where it stopped
-    from verify.checks.preconditioned_gd.multi_layer_torch import _loss_trajectory, _stopped
-    out = _stopped(r, "test run.", {"L": 2})
+    from verify.models.preconditioned_gd_training import loss_trajectory, stopped_outcome
+    out = stopped_outcome(r, "test run.", {"L": 2})
     assert out.passed is False and out.measured["stopped at step"] == r.stopped_at
     assert f"step {r.stopped_at}" in out.criterion
     traj = out.details["batch loss"]
     assert traj[-1][0] == r.stopped_at and [k for k, _ in traj] == sorted({k for k, _ in traj})
-    assert len(_loss_trajectory(r, points=3)) <= 4
+    assert len(loss_trajectory(r, points=3)) <= 4
     g = torch.Generator().manual_seed(0)
     m = lt.LinearTransformer(3, 1, "sparse").init_(g, 1e-3)
     r = lt.train_adam(m, Sigma, 6, steps=50, batch=64, lr=0.01, generator=g, log_every=10,

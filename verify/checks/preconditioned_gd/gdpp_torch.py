@@ -12,20 +12,19 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
-from verify.stats import z_threshold
-
-from .multi_layer_torch import (
+from verify.models.preconditioned_gd_training import (
     DIM,
     N_CONTEXT,
     STOP_ABOVE,
-    _cf,
-    _loss_trajectory,
-    _paired_loss,
-    _setting,
-    _sqrt_psd,
-    _stopped,
-    _window_mean,
+    experiment_covariance,
+    loss_trajectory,
+    paired_loss,
+    sqrt_psd,
+    stopped_outcome,
+    window_mean,
 )
+from verify.stats import evaluate as _cf
+from verify.stats import z_threshold
 
 # =====================================================================================
 # Theorem 4, GD++ (eq. 11)
@@ -96,8 +95,8 @@ def theorem4_gdpp(ctx):
     settings = ctx.pick(quick=GDPP_QUICK, full=GDPP_FULL)
     tol = GDPP_TOL[ctx.profile]
     total = ctx.pick(quick=30_000, full=1_000_000)
-    Sigma = _setting(ctx)
-    Sh, Sinv = _sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
+    Sigma = experiment_covariance(ctx)
+    Sh, Sinv = sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
     gen = ctx.torch_generator(ctx.device)
     model = LinearTransformer(d, L, "gdpp", device=ctx.device,
                               dtype=getattr(torch, GDPP_DTYPE[ctx.profile]))
@@ -113,11 +112,11 @@ def theorem4_gdpp(ctx):
     run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
                      stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings)
     if run.stopped_at is not None:
-        return _stopped(run, f"GD++ transformer, L = {L}.",
+        return stopped_outcome(run, f"GD++ transformer, L = {L}.",
                         {"settings": settings, "L": L, "device": ctx.device,
                          "dtype": GDPP_DTYPE[ctx.profile]})
-    A = -_window_mean(run.A_log)           # back to the eq.-11 sign
-    B = _window_mean(run.B_log)
+    A = -window_mean(run.A_log)           # back to the eq.-11 sign
+    B = window_mean(run.B_log)
     M = np.einsum("ij,ljk,km->lim", Sh, A, Sh)
     dist_B = dist_to_identity(B)
     dist_B_init = dist_to_identity(B_init)
@@ -126,9 +125,9 @@ def theorem4_gdpp(ctx):
     b = np.trace(B, axis1=1, axis2=2) / d
     # held-out: the trained model vs the sparse optimum (paired), and its projection on the set
     A_proj, B_proj = a[:, None, None] * Sinv, b[:, None, None] * np.eye(d)
-    est = _paired_loss(ctx.rng, Sigma, n, total, general_layers(A, B),
+    est = paired_loss(ctx.rng, Sigma, n, total, general_layers(A, B),
                        sparse_layers(a_sparse[:, None, None] * Sinv))
-    est_proj = _paired_loss(ctx.rng, Sigma, n, total, general_layers(A_proj, B_proj),
+    est_proj = paired_loss(ctx.rng, Sigma, n, total, general_layers(A_proj, B_proj),
                             sparse_layers(a_sparse[:, None, None] * Sinv))
     f_tr, f_sparse, delta = est.mean
     se_delta = est.se[2]
@@ -183,6 +182,6 @@ def theorem4_gdpp(ctx):
                  "parts": parts, "held-out": {"trained": [f_tr, est.se[0]],
                  "sparse optimum": [f_sparse, est.se[1]], "paired": [delta, se_delta],
                  "projection": [f_proj, se_proj]}, "optimal_loss (sparse)": f_sparse_star,
-                 **details_gdpp, "batch loss": _loss_trajectory(run), "seconds": run.seconds,
+                 **details_gdpp, "batch loss": loss_trajectory(run), "seconds": run.seconds,
                  "device": ctx.device, "dtype": GDPP_DTYPE[ctx.profile]},
     )

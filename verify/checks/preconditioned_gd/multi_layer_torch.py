@@ -35,72 +35,19 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
-from verify.stats import batch_mean, z_threshold
+from verify.models.preconditioned_gd_training import (
+    DIM,
+    N_CONTEXT,
+    STOP_ABOVE,
+    experiment_covariance,
+    loss_trajectory,
+    paired_loss,
+    sqrt_psd,
+    stopped_outcome,
+    window_mean,
+)
 from verify.stats import evaluate as _cf
-
-N_CONTEXT, DIM = 20, 5
-
-
-
-
-def _sqrt_psd(Sigma: np.ndarray, power: float) -> np.ndarray:
-    w, V = np.linalg.eigh(Sigma)
-    return (V * w ** power) @ V.T
-
-
-def _paired_loss(rng, Sigma, n, total, layers, layers_ref, chunk=20000):
-    """Per-prompt squared errors of two models on the same held-out prompts (numpy forward).
-
-    Returns the :class:`verify.stats.MeanEstimate` of ``(e, e_ref, e - e_ref)``.
-    """
-    from verify.models.linear_transformer import predict
-    from verify.tasks.preconditioned_gd import iter_prompts
-
-    acc = batch_mean()
-    for pr in iter_prompts(rng, Sigma, n, total, task="inverse", chunk=chunk):
-        Z0 = pr.tokens()
-        e = (predict(Z0, *layers) - pr.target) ** 2
-        e_ref = (predict(Z0, *layers_ref) - pr.target) ** 2
-        acc.add(np.stack([e, e_ref, e - e_ref], axis=1))
-    return acc.result()
-
-
-def _setting(ctx):
-    """Shared experiment setting: the distorted covariance (a fresh Haar ``U`` per seed)."""
-    from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance
-
-    Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
-    return Sigma
-
-
-#: A batch loss above this stops a run (``train_adam(stop_above=...)``): 100 times
-#: ``E y^2 = d`` of the task, where the zero network already scores ``d``.
-STOP_ABOVE = 100.0 * DIM
-
-
-def _loss_trajectory(run, points: int = 40) -> list[list[float]]:
-    """About ``points`` ``[step, batch loss]`` pairs of a run, evenly spread, the last included."""
-    idx = np.unique(np.r_[np.linspace(1, len(run.step) - 1, points).round().astype(int),
-                          len(run.step) - 1]) if len(run.step) > 1 else np.array([0])
-    return [[int(run.step[i]), float(run.batch_loss[i])] for i in idx]
-
-
-def _stopped(run, criterion: str, details: dict) -> Outcome:
-    """The failed outcome of a run that ``train_adam`` stopped (non-finite or exploding loss)."""
-    return Outcome(
-        measured={"stopped at step": run.stopped_at,
-                  "batch loss there": float(run.batch_loss[-1])},
-        predicted={"a run to the end": True}, discrepancy=float("inf"), tolerance=1.0,
-        criterion=(f"the training stopped at step {run.stopped_at}: batch loss "
-                   f"{run.batch_loss[-1]:.3g} (above {STOP_ABOVE:g} or non-finite). " + criterion),
-        details={**details, "batch loss": _loss_trajectory(run), "seconds": run.seconds})
-
-
-def _window_mean(log: np.ndarray, frac: float = 0.1) -> np.ndarray:
-    """Average of the last ``frac`` of the logged weights (damps the last steps' SGD noise)."""
-    k = max(1, int(round(len(log) * frac)))
-    return log[-k:].mean(axis=0)
-
+from verify.stats import z_threshold
 
 # =====================================================================================
 # Theorem 3, sparse parametrisation
@@ -144,8 +91,8 @@ def theorem3_sparse(ctx):
     settings = ctx.pick(quick=SPARSE_QUICK, full=SPARSE_FULL)
     tol_dist, tol_steps, tol_excess = SPARSE_TOL[ctx.profile]
     total = ctx.pick(quick=50_000, full=1_000_000)
-    Sigma = _setting(ctx)
-    Sh, Sinv = _sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
+    Sigma = experiment_covariance(ctx)
+    Sh, Sinv = sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
     z_crit = z_threshold(2 * len(Ls))
     dist_sigma_inv = float(dist_to_identity(Sinv))
     per_L, parts, controls = {}, {}, []
@@ -156,9 +103,9 @@ def theorem3_sparse(ctx):
         run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
                          stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings)
         if run.stopped_at is not None:
-            return _stopped(run, f"Sparse transformer, L = {L}.",
+            return stopped_outcome(run, f"Sparse transformer, L = {L}.",
                             {"settings": settings, "L": L, "device": ctx.device})
-        A = _window_mean(run.A_log)
+        A = window_mean(run.A_log)
         M = np.einsum("ij,ljk,km->lim", Sh, A, Sh)
         dist_M = dist_to_identity(M)
         dist_A = dist_to_identity(A)
@@ -169,7 +116,7 @@ def theorem3_sparse(ctx):
                                  L=L), dtype=float)
         f_star = float(_cf("preconditioned_gd.multi_layer.optimal_loss", n=n, d=d, L=L))
         f_wrong = float(_cf("preconditioned_gd.multi_layer.optimal_loss", n=n // 2, d=d, L=L))
-        est = _paired_loss(ctx.rng, Sigma, n, total, sparse_layers(A),
+        est = paired_loss(ctx.rng, Sigma, n, total, sparse_layers(A),
                            sparse_layers(a_star[:, None, None] * Sinv))
         f_tr, f_opt, delta = est.mean
         se_tr, se_opt, se_delta = est.se
@@ -200,7 +147,7 @@ def theorem3_sparse(ctx):
             "held-out loss (trained)": f_tr, "s.e.": se_tr,
             "held-out loss at a* Sigma^-1": f_opt, "s.e. (a*)": se_opt,
             "paired excess": delta, "s.e. (paired)": se_delta, "optimal_loss": f_star,
-            "final batch loss": float(run.batch_loss[-1]), "batch loss": _loss_trajectory(run),
+            "final batch loss": float(run.batch_loss[-1]), "batch loss": loss_trajectory(run),
             "seconds": run.seconds,
             "per-eigendirection a (M in Sigma's eigenbasis)":
                 np.stack([np.diag(np.linalg.eigh(Sigma)[1].T @ Ml @ np.linalg.eigh(Sigma)[1])
@@ -353,8 +300,8 @@ def full_multilayer(ctx):
     tol_dist_L, tol_ab, tol_excess = FULL_ML_TOL[ctx.profile]
     total = ctx.pick(quick=50_000, full=1_000_000)
     dtype = torch.float32
-    Sigma = _setting(ctx)
-    Sh, Sinv = _sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
+    Sigma = experiment_covariance(ctx)
+    Sh, Sinv = sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
     minima = gdpp_minima(n, d)
     (a_gd, b_gd, f_gd), (a_2nd, b_2nd, _) = minima[0], minima[1]
     z_crit = z_threshold(len(Ls))
@@ -386,12 +333,12 @@ def full_multilayer(ctx):
                 criterion=f"Full P_l, Q_l, L = {L}: every one of {len(attempts)} runs was still on "
                           "the plateau at the stall check",
                 details={"settings": settings_L[L], "L": L, "attempts": attempts,
-                         "batch loss": _loss_trajectory(run)})
+                         "batch loss": loss_trajectory(run)})
         if run.stopped_at is not None:
-            return _stopped(run, f"Full P_l, Q_l, L = {L}.",
+            return stopped_outcome(run, f"Full P_l, Q_l, L = {L}.",
                             {"settings": settings_L[L], "L": L, "per L (finished)": per_L,
                              "device": ctx.device, "dtype": "float32"})
-        A, B = _window_mean(run.A_log), _window_mean(run.B_log)     # eq.-8 sign, P_dd = 1
+        A, B = window_mean(run.A_log), window_mean(run.B_log)     # eq.-8 sign, P_dd = 1
         M = np.einsum("ij,ljk,km->lim", Sh, A, Sh)
         dist_M, dist_A, dist_B = dist_to_identity(M), dist_to_identity(A), dist_to_identity(B)
         a = np.trace(M, axis1=1, axis2=2) / d
@@ -399,7 +346,7 @@ def full_multilayer(ctx):
         P, Q = (t.detach().cpu().numpy().astype(np.float64) for t in model.matrices())
         a_sparse = np.asarray(_cf("preconditioned_gd.multi_layer.optimal_steps", n=n, d=d, L=L),
                               dtype=float)
-        est = _paired_loss(ctx.rng, Sigma, n, total, (P, Q),
+        est = paired_loss(ctx.rng, Sigma, n, total, (P, Q),
                            sparse_layers(a_sparse[:, None, None] * Sinv))
         f_tr, f_sp, delta = est.mean
         se_delta = est.se[2]
@@ -421,7 +368,7 @@ def full_multilayer(ctx):
                 "paired (trained - sparse optimum)": [delta, se_delta],
                 "optimal_loss (sparse)": f_sparse, "final batch loss": float(run.batch_loss[-1]),
                 "start Dist(B_0, I)": start_dist_B0, "attempts": attempts,
-                "batch loss": _loss_trajectory(run), "seconds": run.seconds}
+                "batch loss": loss_trajectory(run), "seconds": run.seconds}
         if L == 2:
             ab, ab_gd = np.r_[a, b[0]], np.r_[-a_gd, b_gd[0]]       # GD++ in the eq.-8 sign
 
@@ -432,7 +379,7 @@ def full_multilayer(ctx):
             err_2nd = rel_err(np.r_[-a_2nd, b_2nd[0]])
             err_sparse = rel_err(np.r_[a_sparse, 0.0])
             exp_sparse = float(np.max(np.abs(np.r_[a_sparse, 0.0] - ab_gd) / np.abs(ab_gd)))
-            est_gd = _paired_loss(ctx.rng, Sigma, n, total, (P, Q),
+            est_gd = paired_loss(ctx.rng, Sigma, n, total, (P, Q),
                                   general_layers(a_gd[:, None, None] * Sinv,
                                                  b_gd[:, None, None] * np.eye(d)))
             excess = est_gd.mean[2] / f_gd

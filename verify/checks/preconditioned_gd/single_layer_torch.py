@@ -11,20 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
-from verify.stats import z_threshold
-
-from .multi_layer_torch import (
+from verify.models.preconditioned_gd_training import (
     DIM,
     N_CONTEXT,
     STOP_ABOVE,
-    _cf,
-    _loss_trajectory,
-    _paired_loss,
-    _setting,
-    _sqrt_psd,
-    _stopped,
-    _window_mean,
+    experiment_covariance,
+    loss_trajectory,
+    paired_loss,
+    sqrt_psd,
+    stopped_outcome,
+    window_mean,
 )
+from verify.stats import evaluate as _cf
+from verify.stats import z_threshold
 
 # =====================================================================================
 # Theorem 3 / Theorem 1 setting, full P, Q, one layer
@@ -69,15 +68,15 @@ def theorem3_full(ctx):
     settings = ctx.pick(quick=FULL_QUICK, full=FULL_FULL)
     tol_pre, tol_excess, tol_off = FULL_TOL[ctx.profile]
     total = ctx.pick(quick=50_000, full=1_000_000)
-    Sigma = _setting(ctx)
-    Sh = _sqrt_psd(Sigma, 0.5)
+    Sigma = experiment_covariance(ctx)
+    Sh = sqrt_psd(Sigma, 0.5)
     gen = ctx.torch_generator(ctx.device)
     model = LinearTransformer(d, 1, "full", device=ctx.device).init_(gen, 0.1)
     run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
                      stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings)
     if run.stopped_at is not None:
-        return _stopped(run, "One layer, full P, Q.", {"settings": settings, "device": ctx.device})
-    G = _window_mean(run.A_log)[0]
+        return stopped_outcome(run, "One layer, full P, Q.", {"settings": settings, "device": ctx.device})
+    G = window_mean(run.A_log)[0]
     G_star = np.asarray(_cf("preconditioned_gd.single_layer.optimal_preconditioner_inverse_task",
                             Sigma=Sigma, n=n), dtype=float)
     G_wrong = np.asarray(_cf("preconditioned_gd.single_layer.optimal_preconditioner",
@@ -89,7 +88,7 @@ def theorem3_full(ctx):
     off = model.off_block_norms()
     off_rel = max(off["P last row"], off["Q last row"]) / float(np.linalg.norm(G_star))
     P, Q = (t.detach().cpu().numpy() for t in model.matrices())
-    est = _paired_loss(ctx.rng, Sigma, n, total, (P, Q), sparse_layers(G_star[None]))
+    est = paired_loss(ctx.rng, Sigma, n, total, (P, Q), sparse_layers(G_star[None]))
     f_tr, f_opt, delta = est.mean
     se_tr, se_opt, se_delta = est.se
     z_crit = z_threshold(2)
@@ -129,6 +128,6 @@ def theorem3_full(ctx):
                  "parts": parts, "off-block norms": off, "Dist(Sigma^1/2 Gamma Sigma^1/2, I)":
                  float(dist_to_identity(M)), "held-out": {"trained": [f_tr, se_tr],
                  "Gamma*": [f_opt, se_opt], "paired excess": [delta, se_delta]},
-                 "batch loss": _loss_trajectory(run), "seconds": run.seconds,
+                 "batch loss": loss_trajectory(run), "seconds": run.seconds,
                  "device": ctx.device},
     )
