@@ -1,9 +1,9 @@
-"""Helpers of verify/checks/linear_attention/separate_weights.py."""
+"""The learned-weights helpers of verify.flows.separate (deviations from the minimal-norm factorisation)."""
 
 import numpy as np
 import pytest
 
-from verify.checks.linear_attention.separate_weights import deviations, rotated_pair
+from verify.flows.separate import deviations, rotated_pair
 
 
 def _minnorm(D=3):

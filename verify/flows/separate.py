@@ -43,6 +43,8 @@ from scipy.integrate import solve_ivp
 from verify.flows.merged import Moments, _as_moments, _count, _positive, loss, moments
 
 __all__ = [
+    "deviations",
+    "rotated_pair",
     "Moments",
     "Plateaus",
     "SeparateFlowResult",
@@ -468,3 +470,58 @@ def plateaus(t, curve, levels, band: float = 0.02, func: Callable[[float], float
         flat[j] = int(sel[np.argmin(slope[sel])]) if sel.size else -1
     level = np.where(flat >= 0, c[np.maximum(flat, 0)], np.nan)
     return Plateaus(drop_times=drops, time_near=near, flattest=flat, level_at_flattest=level)
+
+
+# -- the learned weights against the minimal-norm factorisation (eqs. 20a, 80-81) ----------------
+def deviations(v, k, q, E, v_star):
+    """Deviations of final rank-one weights from the minimal-norm factorisation (eqs. 80, 81).
+
+    Parameters
+    ----------
+    v : ndarray (H,)
+    k, q : ndarray (H, D)
+    E : ndarray (D, D)
+        Eigenvectors (columns, descending eigenvalues).
+    v_star : ndarray (D,)
+        ``(lambda_d / a_d)^{1/3}``.
+
+    Returns
+    -------
+    dict with ``heads`` (head of each direction, by the largest ``|v (e.k)(e.q)|``),
+    ``weights`` (max over d of ``| |v|, ||k||, ||q|| - v*_d |``), ``norm_excess``
+    (``sum v^2 + |k|^2 + |q|^2 - 3 sum v*^2``), ``misalignment`` (max ``1 - |cos|`` of k and q
+    with ``e_d``), ``off_head`` (largest ``|v (e_d.k)(e_d.q)|`` of the other heads).
+    """
+    v, k, q = (np.asarray(x, dtype=np.float64) for x in (v, k, q))
+    v_star = np.asarray(v_star, dtype=np.float64)
+    if k.ndim != 2 or k.shape != q.shape or v.shape != (k.shape[0],):
+        raise ValueError(f"k: expected (H, D) with q of the same shape and v (H,), got {k.shape}, {q.shape}, {v.shape}")
+    D = k.shape[1]
+    if E.shape != (D, D) or v_star.shape != (D,):
+        raise ValueError(f"E: expected ({D}, {D}) and v_star ({D},), got {E.shape}, {v_star.shape}")
+    c = v[:, None] * (k @ E) * (q @ E)
+    heads = np.argmax(np.abs(c), axis=0)
+    nk, nq = np.linalg.norm(k, axis=1), np.linalg.norm(q, axis=1)
+    w_dev, mis, off = 0.0, 0.0, 0.0
+    for d, i in enumerate(heads):
+        w_dev = max(w_dev, abs(abs(v[i]) - v_star[d]), abs(nk[i] - v_star[d]), abs(nq[i] - v_star[d]))
+        mis = max(mis, 1 - abs(k[i] @ E[:, d]) / nk[i], 1 - abs(q[i] @ E[:, d]) / nq[i])
+        off = max(off, float(np.max(np.abs(np.delete(c[:, d], i)))))
+    excess = float(np.sum(v**2) + np.sum(k**2) + np.sum(q**2) - 3 * np.sum(v_star**2))
+    return {"heads": heads.tolist(), "distinct": len(set(heads.tolist())) == D, "weights": float(w_dev),
+            "norm_excess": excess, "misalignment": float(mis), "off_head": off}
+
+
+def rotated_pair(v, k, q, i, j, angle):
+    """Balanced non-minimal factorisation: ``v_i^{3/2} k_i/|k_i|``, ``v_j^{3/2} ...`` rotated
+    by ``angle`` in their span; each head set to ``k = q = u xi``, ``v = u = |b|^{2/3}``.
+    Keeps ``v_i k_i q_i^T + v_j k_j q_j^T`` when ``k = q`` per head and ``v > 0``."""
+    v, k, q = v.copy(), k.copy(), q.copy()
+    B = np.stack([np.sign(v[h]) * abs(v[h]) ** 1.5 * k[h] / np.linalg.norm(k[h]) for h in (i, j)], axis=1)
+    c, s = np.cos(angle), np.sin(angle)
+    B = B @ np.array([[c, -s], [s, c]])
+    for col, h in enumerate((i, j)):
+        nb = np.linalg.norm(B[:, col])
+        u = nb ** (2 / 3)
+        v[h], k[h], q[h] = u, u * B[:, col] / nb, u * B[:, col] / nb
+    return v, k, q
