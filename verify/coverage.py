@@ -14,7 +14,6 @@ the table instead of in every row.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -22,9 +21,9 @@ START, END = "<!-- coverage:start -->", "<!-- coverage:end -->"
 _GENERIC = ("symbolic_printed_forms", "high_precision")
 
 
-def _split_source(source: str) -> tuple[str, str]:
-    m = re.match(r"^(.*?\b\d{4}), (.*)$", source)
-    return (m.group(1), m.group(2)) if m else ("", source)
+def _where(source: str, cite: str) -> str:
+    """The place in the paper: ``source`` without the leading citation of its topic's paper."""
+    return source[len(cite) + 2:] if source.startswith(cite + ", ") else source
 
 
 def _printed(cf) -> str:
@@ -50,10 +49,10 @@ def table() -> str:
     from .ledger import STATUSES, load_all
 
     ledgers = load_all()
-    by_paper: dict[str, list] = {}
+    by_topic: dict[str, list] = {}
     for cf in theory.records():
-        paper, where = _split_source(cf.source)
-        by_paper.setdefault(paper, []).append((cf, where))
+        topic = cf.id.split(".", 1)[0]
+        by_topic.setdefault(topic, []).append((cf, _where(cf.source, paper_of(topic).cite)))
     out = ["Numbered items of each paper (`docs/ledger/<topic>.toml`; `python -m verify.ledger`):", "",
            "| paper | items | " + " | ".join(STATUSES) + " |", "|---" * (len(STATUSES) + 2) + "|"]
     for topic, led in ledgers.items():
@@ -61,9 +60,8 @@ def table() -> str:
         paper = paper_of(topic).cite
         out.append(f"| {paper} | {len(led.items)} | " + " | ".join(str(c[s]) for s in STATUSES) + " |")
     out.append("")
-    for paper, rows in by_paper.items():
-        topic = rows[0][0].id.split(".", 1)[0]
-        led = ledgers.get(topic)
+    for topic, rows in by_topic.items():
+        paper, led = paper_of(topic).cite, ledgers.get(topic)
         every = sorted({c for cf, _ in rows for c in generic.get(cf.id, [])})
         out.append(f"**{paper}**. Every row is also checked by {', '.join(f'`{c}`' for c in every)}.\n")
         out.append("| id | source | status | printed vs derived | ledger items | checks |")

@@ -41,10 +41,10 @@ from ..params import index, nonnegative, positive
 from ..registry import ClosedForm, register
 from . import PAPER
 from .decoder import ETA_Y, M_VOCAB, backend_ops
+from .h import ETA_Z
 
 T_STEPS = nonnegative("t", "Total number of batch-1 SGD steps (each of the K classes has had about t/K).")
 K_CLASSES = index("K", "Number of next tokens (sequence classes), sampled uniformly.")
-ETA_Z = positive("eta_Z", "Self-attention learning rate eta_Z.")
 C0 = positive("C0", "Constant C0 of Theorem 4 (rho_0^4 / K in the paper's heuristic, eq. 13).")
 R0 = positive("r0", "Initial relative gain r_{l/l'|n}(0) > 0 of a distinct token l over l' (Theorem 3).")
 DZ = nonnegative("dz", "Growth z_ml(t) - z_ml(0) of the distinct token's logit (>= 0 by Theorem 2).")

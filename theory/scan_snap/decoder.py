@@ -18,20 +18,15 @@ from functools import cache
 
 import numpy as np
 
-from ..params import Param, index, positive
+from ..params import index
 from ..registry import ClosedForm, register
+from ..symbols import sym
 from . import PAPER
+from .h import ETA_Y
+from .h import M_P as M_VOCAB
 
-M_VOCAB = Param("M", "index", "Vocabulary size M (the size of the output softmax).", low=2, symbol="M_vocab")
-ETA_Y = positive("eta_Y", "Decoder learning rate eta_Y.")
 S_STEP = index("s", "Decoder step s >= 1 (Lemma 5: every step has next token n).")
 DEC_PARAMS = (S_STEP, M_VOCAB, ETA_Y)
-
-
-def _sym(name):
-    from ..symbols import sym
-
-    return sym(name)
 
 
 # -- Lemma 5: the decoder row and its softmax -------------------------------------------------
@@ -39,7 +34,7 @@ def _zeta_entries():
     """Entries of zeta_n = M/(M-1) (e_n - 1/M): (label entry, any other entry)."""
     import sympy as sp
 
-    M = _sym("M_vocab")
+    M = sym("M_vocab")
     return sp.simplify(M / (M - 1) * (1 - 1 / M)), sp.simplify(M / (M - 1) * (-1 / M))
 
 
@@ -48,7 +43,7 @@ def derive_label_logit():
     """Label entry of w_n = (M-1) h zeta_n (eq. 31): (M-1) h."""
     import sympy as sp
 
-    M, h = _sym("M_vocab"), _sym("h")
+    M, h = sym("M_vocab"), sym("h")
     return sp.simplify((M - 1) * h * _zeta_entries()[0])
 
 
@@ -57,7 +52,7 @@ def _softmax_of_row():
     """(alpha on the label, alpha on one other token) for the row (M-1) h zeta_n."""
     import sympy as sp
 
-    M, h = _sym("M_vocab"), _sym("h")
+    M, h = sym("M_vocab"), sym("h")
     lab, oth = ((M - 1) * h * e for e in _zeta_entries())
     den = sp.exp(lab) + (M - 1) * sp.exp(oth)  # the label plus M-1 identical other entries
     return sp.simplify(sp.exp(lab) / den), sp.simplify(sp.exp(oth) / den)
@@ -86,7 +81,7 @@ def printed_alpha_correct():
     """Eq. 32, j = n: exp(M h*(s-1)) / ((M-1) + exp(M h*(s-1)))."""
     import sympy as sp
 
-    M, h = _sym("M_vocab"), _sym("h")
+    M, h = sym("M_vocab"), sym("h")
     return sp.exp(M * h) / ((M - 1) + sp.exp(M * h))
 
 
@@ -94,7 +89,7 @@ def printed_residual():
     """Lemma 5: e_n - alpha_n(s) = (M-1)/(M-1+exp(M h*(s-1))) zeta_n."""
     import sympy as sp
 
-    M, h = _sym("M_vocab"), _sym("h")
+    M, h = sym("M_vocab"), sym("h")
     return (M - 1) / ((M - 1) + sp.exp(M * h))
 
 
@@ -156,7 +151,7 @@ register(ClosedForm(
     status="exact",
     params=DEC_PARAMS,
     derive=derive_label_logit,
-    printed=lambda: (_sym("M_vocab") - 1) * _sym("h"),
+    printed=lambda: (sym("M_vocab") - 1) * sym("h"),
     derived=_decoder_derived(0),
     derived_names=("h",),
     evaluate=_decoder_eval("label"),

@@ -115,13 +115,6 @@ def explicit_solution():
     return sol
 
 
-def _lambert_arg():
-    import sympy as sp
-
-    M, eta, t, _ = syms()
-    return sp.exp((M * eta * t + 1) / (M - 1)) / (M - 1)
-
-
 @cache
 def derive_time_of():
     import sympy as sp
