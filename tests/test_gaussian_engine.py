@@ -14,7 +14,8 @@ import sympy as sp
 from theory.compare import equal
 from theory.gaussian import (Gaussian, SampleCovariance, expectation, expectation_kron, perfect_matchings,
                              set_partitions)
-from theory.symbols import dim, sym
+from theory.linear_attention import sym
+from theory.symbols import dim
 from verify.stats import batch_mean, z_threshold
 
 D = dim()
@@ -183,18 +184,18 @@ def test_malformed_words_are_refused(word):
 
 
 def test_quadratic_form_and_mean():
-    assert equal(expectation(x.row, A, x.col), sp.Trace(A * LAM))
-    assert equal(expectation(LHAT), LAM)
+    assert equal(expectation(x.row, A, x.col), sp.Trace(A * LAM), covariance=LAM)
+    assert equal(expectation(LHAT), LAM, covariance=LAM)
 
 
 def test_lambda_hat_A_lambda_hat_hand_formula():
     """E[Lambda_hat A Lambda_hat] = Lambda A Lambda + (Lambda A^T Lambda + tr(A Lambda) Lambda)/N."""
     engine = expectation(LHAT, A, LHAT)
     r3 = LAM * A * LAM + (LAM * A.T * LAM + sp.Trace(A * LAM) * LAM) / N
-    assert equal(engine, r3)
+    assert equal(engine, r3, covariance=LAM)
     wrong = LAM * A * LAM + (LAM * A * LAM + sp.Trace(A * LAM) * LAM) / N  # A for A^T
-    assert not equal(engine, wrong)
-    assert equal(expectation(LHAT, sp.Identity(D), LHAT), expectation(LHAT, LHAT))
+    assert not equal(engine, wrong, covariance=LAM)
+    assert equal(expectation(LHAT, sp.Identity(D), LHAT), expectation(LHAT, LHAT), covariance=LAM)
 
 
 def test_lambda_hat_word_does_not_depend_on_the_order_of_sample_copies():

@@ -15,7 +15,8 @@ import sympy as sp
 import theory
 from theory.emit import emit
 from theory.matrices import evaluate_explicit
-from theory.symbols import dim, sym
+from theory.localization import sym
+from theory.symbols import dim
 
 IDS = ("localization.gaussian.quadratic_mean", "localization.gaussian.second_moment",
        "localization.gaussian.cubic_moment", "localization.gaussian.quartic_moment")

@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import theory
-from theory.compare import equal
-from theory.symbols import sym
+from theory.localization import sym
 from verify.tasks.random_walk import (anisotropic_covariance, iter_walks, linearised_signal, sample_walks,
                                       spectrum, symmetric_qk, traces)
 
@@ -56,8 +55,8 @@ def test_exact_moments_equal_the_spec_formulas():
     i, T, trW, trW2, lam = (sym(n) for n in ("i", "T", "trW", "trW2", "temperature"))
     mu = (i - (T + 1) / 2) * trW / (lam * T) + 1 / T
     v = trW2 / lam**2 * (24 * i**2 - 24 * T * i - 24 * i + 7 * T**2 + 12 * T + 5) / (12 * T**2)
-    assert equal(theory.get(MEAN).expr, mu)
-    assert equal(theory.get(VAR).expr, v)
+    assert theory.get(MEAN).equal(theory.get(MEAN).expr, mu)
+    assert theory.get(VAR).equal(theory.get(VAR).expr, v)
 
 
 def test_limits_are_the_limits_of_the_exact_forms():

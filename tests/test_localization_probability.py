@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 import theory
-from theory.compare import equal
-from theory.symbols import sym
+from theory.localization import sym
 
 GAUSS, CONT, PRINTED = "localization.rho.gaussian", "localization.rho.continuum", "localization.rho.continuum_printed"
 LATE, EARLY = "localization.rho.late_site_limit", "localization.rho.early_site_limit"
@@ -36,8 +35,8 @@ def test_continuum_is_eq6_with_corrected_variance():
     Dc = 2 * th**2 - 2 * th + sp.Rational(7, 12)
     z = (th - sp.Rational(1, 2)) * xi
     ref = sp.erf(z / sp.sqrt(2 * Dc)) / 2 + sp.erf((1 / eta - z) / sp.sqrt(2 * Dc)) / 2
-    assert equal(theory.get(CONT).expr, ref)
-    assert not equal(theory.get(CONT).expr, theory.get(PRINTED).expr)
+    assert theory.get(CONT).equal(theory.get(CONT).expr, ref)
+    assert not theory.get(CONT).equal(theory.get(CONT).expr, theory.get(PRINTED).expr)
     assert theory.get(CONT).erratum and theory.get(PRINTED).status == "heuristic"
 
 
@@ -69,7 +68,8 @@ def test_derivative_at_zero_xi_matches_the_spec_formula():
     th, eta = sym("theta"), sym("eta")
     ref = -24 * sp.sqrt(6) * th * sp.exp(-6 / (eta**2 * (24 * th**2 + 7))) / (
         sp.sqrt(sp.pi) * eta * (24 * th**2 + 7) ** sp.Rational(3, 2))
-    assert equal(theory.get("localization.rho.derivative_at_zero_xi").expr, ref)
+    cf = theory.get("localization.rho.derivative_at_zero_xi")
+    assert cf.equal(cf.expr, ref)
 
 
 # -- properties ------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 import sympy as sp
 
 from theory.linear_attention import merged, ntp
-from theory.symbols import sym
+from theory.linear_attention import sym
 
 
 def test_converged_matrix_is_stationary_for_the_full_problem():

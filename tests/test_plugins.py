@@ -73,13 +73,12 @@ def test_example_paper_is_discovered():
 
 def test_example_derivations_equal_the_printed_forms():
     _installed(TOPICS_GROUP)
-    from theory.compare import equal
 
     for id in SAXE_RECORDS:
         cf = theory.get(id)
-        assert equal(cf.expr, cf.printed_expr) is True, id
+        assert cf.equal(cf.expr, cf.printed_expr) is True, id
     cf = theory.get("saxe_linear.modes.strength")
-    assert equal(cf.expr, cf.numeric_expr) is True
+    assert cf.equal(cf.expr, cf.numeric_expr) is True
     # u(t) -> s, u(0) = u0, and the learning time inverts the trajectory
     assert cf(s=2.0, u0=0.01, t=1e6, tau=1.0) == pytest.approx(2.0, rel=1e-15)
     assert cf(s=2.0, u0=0.01, t=0.0, tau=1.0) == pytest.approx(0.01, rel=1e-15)
@@ -187,8 +186,9 @@ def test_a_plugin_registering_outside_its_topic_is_named(tmp_path):
     path = _fake_plugin(tmp_path, "stray", {
         "stray_topic/__init__.py": PAPER_DECL,
         "stray_topic/part.py": """
-            from theory import ClosedForm, positive, register, sym
-            register(ClosedForm(id="other.part.x", title="x", source="Doe 2020", status="exact",
+            from theory import ClosedForm, Symbols, positive, register
+            sym = Symbols()
+            register(ClosedForm(id="other.part.x", title="x", source="eq. 1", status="exact",
                                 params=(positive("x", "x"),), derive=lambda: sym("x")))
         """,
     }, {TOPICS_GROUP: {"stray": "stray_topic"}})
@@ -216,8 +216,9 @@ def test_a_working_fake_plugin_adds_a_topic_and_a_check(tmp_path):
     path = _fake_plugin(tmp_path, "good", {
         "good_topic/__init__.py": PAPER_DECL,
         "good_topic/part.py": """
-            from theory import ClosedForm, positive, register, sym
-            register(ClosedForm(id="good.part.double", title="2x", source="Doe 2020, eq. 1", status="exact",
+            from theory import ClosedForm, Symbols, positive, register
+            sym = Symbols()
+            register(ClosedForm(id="good.part.double", title="2x", source="eq. 1", status="exact",
                                 params=(positive("x", "x"),), derive=lambda: 2 * sym("x")))
         """,
         "good_checks/__init__.py": """

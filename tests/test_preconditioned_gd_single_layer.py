@@ -296,10 +296,12 @@ def test_printed_forms_equal_the_derivation_symbolically():
     """Eq. 6 (matrix form), eq. 7 and Theorem 5's scale equal the derived expressions (sympy); for the
     Sigma-valued eq. 6 the comparison runs on spectral images (Sigma renamed to Lambda)."""
     from theory.compare import equal
+    from theory.preconditioned_gd import sym
 
     r = theory.get(OPT)
-    assert equal(sl.to_merged_symbols(r.expr), sl.to_merged_symbols(r.printed_expr))
-    assert not equal(sl.to_merged_symbols(r.expr), sl.to_merged_symbols(2 * r.printed_expr))
+    Lam = sym("Lambda")
+    assert equal(sl.to_merged_symbols(r.expr), sl.to_merged_symbols(r.printed_expr), covariance=Lam)
+    assert not equal(sl.to_merged_symbols(r.expr), sl.to_merged_symbols(2 * r.printed_expr), covariance=Lam)
     for cf_id in (ISO, RELU_A):
         r = theory.get(cf_id)
-        assert equal(r.expr, r.printed_expr)
+        assert r.equal(r.expr, r.printed_expr)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import theory
-from theory.symbols import dim, sym
+from theory.symbols import dim
 
 get = theory.get
 
@@ -254,7 +254,7 @@ def derived_reference(cf_id, **kw):
         elif name == "D":
             continue
         else:
-            subs[sym(name)] = sp.Integer(int(value)) if name in ("N", "N_max") else sp.Rational(float(value))
+            subs[cf.symbols(name)] = sp.Integer(int(value)) if name in ("N", "N_max") else sp.Rational(float(value))
     e = (e.subs(dim(), D) if D is not None else e).subs(subs)
     e = e.replace(lambda x: isinstance(x, sp.Identity), lambda x: sp.ImmutableMatrix(sp.eye(int(x.rows))))
     for _ in range(5):  # nested MatMul / Inverse / Trace of explicit matrices

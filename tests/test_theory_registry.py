@@ -15,7 +15,7 @@ import pytest
 import sympy as sp
 
 import theory
-from theory.compare import equal
+from theory.cli import example_values
 from theory.emit import emit
 from theory.registry import STATUSES
 from theory.symbols import dim
@@ -31,60 +31,26 @@ def _rotated(eigs, seed=0):
     return 0.5 * (Lam + Lam.T)
 
 
-def _defaults():
-    rng = np.random.default_rng(20250121)
-    return {
-        "Lambda": _rotated([1.3, 0.6, 0.2], seed=7),  # non-diagonal SPD 3 x 3
-        "N": 5,
-        "M": rng.standard_normal((3, 3)),
-        "A": rng.standard_normal((3, 3)),
-        "t": 2.0,
-        "tau": 1.5,
-        "D": 4,
-        "w_init": 1e-2,
-        "N_max": 8,
-        "lam": 0.7,
-        "trLambda": 2.1,
-        "S": [1, 3],
-        "m": 2,
-        "v": 0.3,
-        "v0": 0.05,
-        "a": 0.5,
-        "Sigma": _rotated([1.0, 0.25, 0.0625], seed=11),  # non-diagonal SPD 3 x 3 (Ahn et al. spectrum)
-        "n": 6,
-        "d": 3,
-        "L": 2,
-        "R": 2,
-        "j": 1,
-        # Bao et al. 2024 (a consistent point: i <= k <= T; theta = 1/2 is where the Lemma-2
-        # boundary errata differ from their printed indicators)
-        "i": 3, "k": 5, "T": 8, "trW": 0.7, "trW2": 1.3, "temperature": 2.0, "theta": 0.5,
-        "xi": 1.5, "eta": 0.8, "r": 4.0, "nu": 2.0, "sigma_max": 1.7, "sigma_min": 0.4,
-        "kappa1": 0.6, "kappa2": 1.3,
-        "W_Q": rng.standard_normal((3, 3)), "W_K": rng.standard_normal((3, 3)),
-        "W_QK": _rotated([0.9, -0.4, 0.3], seed=3),
-        "mu": [0.3, -0.5, 0.8], "a_vec": [0.7, 0.2, -0.4],
-        # Tian et al. 2023 (Scan and Snap): M is the vocabulary size there, an integer
-        ("M", "index"): 30, "s": 5, "K": 3, "eta_Y": 0.5, "eta_Z": 0.3, "h": 0.01, "epsilon": 0.1,
-        "C0": 1.2, "r0": 0.8, "dz": 0.4, "f_nl": 0.6, "f_npl": 0.3,
-        ("a", "steps"): [0.4, 1.1],
-        ("b", "steps"): [0.5, 0.8],
-    }
+#: A non-diagonal SPD 3 x 3 matrix, for tests that need one.
+ROTATED = _rotated([1.3, 0.6, 0.2], seed=7)
 
 
-DEFAULTS = _defaults()
-
-
-def _default(p):
-    """Default value for parameter ``p``: its own example value where it declares one (a plug-in's
-    parameters), else the table above by (name, kind) or by name, else the example of its kind."""
-    if p.example_value is not None:
-        return p.example()
-    return DEFAULTS.get((p.name, p.kind), DEFAULTS.get(p.name, p.example()))
+def _default(cf, p, example):
+    """Test value of parameter ``p`` of ``cf``: the record's example point
+    (:func:`theory.cli.example_values`), with a covariance given as eigenvalues rotated by a fixed
+    non-diagonal orthogonal matrix (so that the backends see a full matrix) and a matrix given by
+    its kind's default replaced by a fixed random one."""
+    value = example[p.name]
+    if p.kind == "covariance" and np.ndim(value) == 1:
+        return _rotated(value, seed=7)
+    if p.kind == "matrix" and p.example_value is None and not (cf.example and p.name in cf.example):
+        return np.random.default_rng(20250121).standard_normal((len(value), len(value)))
+    return value
 
 
 def params_of(cf, **override):
-    kw = {p.name: _default(p) for p in cf.params}
+    example = example_values(cf)
+    kw = {p.name: _default(cf, p, example) for p in cf.params}
     kw.update(override)
     return kw
 
@@ -137,13 +103,13 @@ def test_expr_derives_in_the_declared_parameters(cf_id):
 def test_printed_equals_derived_unless_erratum(cf_id):
     """The paper's form equals the derivation exactly when no erratum is recorded."""
     cf = theory.get(cf_id)
-    assert equal(cf.expr, cf.printed_expr) is (not cf.erratum)
+    assert cf.equal(cf.expr, cf.printed_expr) is (not cf.erratum)
 
 
 @pytest.mark.parametrize("cf_id", [i for i in IDS if theory.get(i).stable is not None])
 def test_stable_rewrite_equals_derived(cf_id):
     cf = theory.get(cf_id)
-    assert equal(cf.expr, cf.numeric_expr) is True
+    assert cf.equal(cf.expr, cf.numeric_expr) is True
 
 
 # -- backends -------------------------------------------------------------------------
@@ -227,7 +193,7 @@ def test_printed_evaluation_in_every_backend(cf_id):
 def test_eq30_line2_grows_like_N_squared():
     """Read literally, eq. 30 line 2 grows like N^2 while E[Lambda_hat^2] tends to Lambda^2."""
     cf = theory.get("linear_attention.data.lambda_hat_sq_eq30_line2")
-    Lam = DEFAULTS["Lambda"]
+    Lam = ROTATED
     ratios = [np.linalg.norm(printed_value(cf, {"Lambda": Lam, "N": N})) / N**2 for N in (100, 1000)]
     assert ratios[1] == pytest.approx(np.linalg.norm(Lam @ Lam), rel=2e-2)
     assert cf(Lambda=Lam, N=10**6) == pytest.approx(Lam @ Lam, rel=1e-5, abs=1e-6)

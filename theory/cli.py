@@ -137,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_list(args, out) -> int:
     import theory
 
-    rows = [(cf.id, cf.status, cf.source, cf.title) for cf in theory.records()]
+    rows = [(cf.id, cf.status, cf.citation, cf.title) for cf in theory.records()]
     _print_table(rows, ("id", "status", "source", "title"), out)
     return 0
 
@@ -176,7 +176,7 @@ def _cmd_show(args, out) -> int:
     print(cf.id, file=out)
     print("=" * len(cf.id), file=out)
     print(cf.title, file=out)
-    print(f"\nsource: {cf.source}", file=out)
+    print(f"\nsource: {cf.citation}", file=out)
     print(f"status: {cf.status}", file=out)
     print(f"output: {cf.output}", file=out)
     print(f"defined in: {defined_in(cf)}", file=out)
@@ -198,9 +198,7 @@ def _cmd_show(args, out) -> int:
         if args.no_compare:
             verdict = "not compared (--no-compare)"
         else:
-            from .compare import equal
-
-            verdict = ("yes" if equal(expr, printed)
+            verdict = ("yes" if cf.equal(expr, printed)
                        else "NO: the printed form differs from the derived one")
         print(f"\nequal to the derived expression: {verdict}", file=out)
 

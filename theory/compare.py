@@ -3,9 +3,14 @@
 Three tiers, cheapest first:
 
 1. scalar expressions: ``cancel``/``simplify`` of the difference;
-2. functions of one covariance (Lambda, or Sigma): equality of the spectral images
+2. functions of one covariance (the symmetric matrix passed as ``covariance``, and eigen-projectors
+   of it passed as ``projectors``): equality of the spectral images
    (:func:`theory.matrices.spectral`), exact for every D;
 3. anything else with matrices: explicit matrices of symbols at D = 2 and 3, entry by entry.
+
+Which matrix is the covariance is the caller's knowledge, not a name known here: a record says it
+(:meth:`theory.registry.ClosedForm.equal` passes its covariance parameter and its projector
+symbols).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import sympy as sp
 
 from .matrices import evaluate_explicit, explicit, spectral, trace_summand
-from .symbols import dim, sym
+from .symbols import dim
 
 __all__ = ["equal", "is_zero"]
 
@@ -50,8 +55,13 @@ def _is_matrix(e) -> bool:
     return getattr(e, "is_Matrix", False) or any(isinstance(a, sp.MatrixExpr) for a in sp.preorder_traversal(e))
 
 
-def equal(a: sp.Basic, b: sp.Basic) -> bool:
-    """Whether the closed forms ``a`` and ``b`` are identical (see module docstring)."""
+def equal(a: sp.Basic, b: sp.Basic, *, covariance: sp.MatrixSymbol | None = None, projectors=()) -> bool:
+    """Whether the closed forms ``a`` and ``b`` are identical (see module docstring).
+
+    ``covariance``: the symmetric D x D ``MatrixSymbol`` the expressions are functions of, if
+    any; ``projectors``: ``MatrixSymbol`` eigen-projectors of it (they commute with it and are
+    idempotent). Without a covariance, matrix expressions are compared entry by entry at D = 2, 3.
+    """
     a, b = (_plain(sp.sympify(x)) for x in (a, b))
     if getattr(a, "is_Matrix", False) != getattr(b, "is_Matrix", False):
         return False
@@ -62,32 +72,31 @@ def equal(a: sp.Basic, b: sp.Basic) -> bool:
             return False
         return is_zero(a - b)
     mats = {m.name for e in (a, b) for m in e.atoms(sp.MatrixSymbol)}
-    # the covariance the spectral map acts on: Lambda, or Sigma in forms that have no Lambda
-    cov = "Sigma" if "Sigma" in mats and "Lambda" not in mats else "Lambda"
-    Lam = sym(cov)
-    lam = sp.Symbol("lambda", positive=True)
-    proj = _projectors()
-    try:
-        return is_zero(_idempotent(spectral(a, Lam, lam, proj) - spectral(b, Lam, lam, proj), proj))
-    except ValueError:
-        pass
-    if not getattr(a, "is_Matrix", False):
-        # sums over eigen-directions: equal summands suffice
+    if covariance is not None:
+        Lam = covariance
+        lam = sp.Symbol("lambda", positive=True)
+        proj = {P: sp.Symbol(f"p_{P.name}", nonnegative=True) for P in projectors}
         try:
-            diff = trace_summand(a, Lam, lam, proj) - trace_summand(b, Lam, lam, proj)
-            if is_zero(_idempotent(diff, proj)):
-                return True
+            return is_zero(_idempotent(spectral(a, Lam, lam, proj) - spectral(b, Lam, lam, proj), proj))
         except ValueError:
             pass
-    if mats <= {cov}:
-        # a function of one covariance is orthogonally equivariant: a diagonal one suffices
-        for d in (2, 3):
-            diag = sp.diag(*[sp.Symbol(f"lambda_{i}", positive=True) for i in range(d)])
-            ea, eb = (_at(e, Lam, diag, d) for e in (a, b))
-            diff = (ea - eb) if isinstance(ea, sp.MatrixBase) else sp.Matrix([ea - eb])
-            if not all(is_zero(x) for x in diff):
-                return False
-        return True
+        if not getattr(a, "is_Matrix", False):
+            # sums over eigen-directions: equal summands suffice
+            try:
+                diff = trace_summand(a, Lam, lam, proj) - trace_summand(b, Lam, lam, proj)
+                if is_zero(_idempotent(diff, proj)):
+                    return True
+            except ValueError:
+                pass
+        if mats <= {Lam.name}:
+            # a function of one covariance is orthogonally equivariant: a diagonal one suffices
+            for d in (2, 3):
+                diag = sp.diag(*[sp.Symbol(f"lambda_{i}", positive=True) for i in range(d)])
+                ea, eb = (_at(e, Lam, diag, d) for e in (a, b))
+                diff = (ea - eb) if isinstance(ea, sp.MatrixBase) else sp.Matrix([ea - eb])
+                if not all(is_zero(x) for x in diff):
+                    return False
+            return True
     for d in (2, 3):
         ea, eb = explicit(a, dim(), d), explicit(b, dim(), d)
         diff = (ea - eb) if isinstance(ea, sp.MatrixBase) else sp.Matrix([ea - eb])
@@ -142,11 +151,6 @@ def _plain(e):
     if e.has(sp.UnevaluatedExpr):
         return e.replace(lambda x: isinstance(x, sp.UnevaluatedExpr), lambda x: x.args[0])
     return e
-
-
-def _projectors() -> dict:
-    """Eigen-projectors of Lambda (they commute with it) and their spectral images p in {0, 1}."""
-    return {sym(n): sp.Symbol(f"p_{n}", nonnegative=True) for n in ("P", "P_prev", "E_m")}
 
 
 def _idempotent(e, proj):

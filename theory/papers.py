@@ -29,7 +29,8 @@ import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-__all__ = ["Paper", "Topic", "PAPERS", "TOPICS_GROUP", "CHECKS_GROUP", "PluginError", "paper_of", "topics"]
+__all__ = ["Paper", "Topic", "PAPERS", "TOPICS_GROUP", "CHECKS_GROUP", "PluginError", "paper_of", "symbols_of",
+           "topics"]
 
 #: Entry-point group through which an installed package adds a topic: each entry point's name is
 #: the topic (the first part of its closed-form ids), its value the topic package.
@@ -101,7 +102,7 @@ class Paper:
             return f"https://doi.org/{self.doi}"
         return self.url
 
-    def __str__(self) -> str:  # so that f"{PAPER}, eq. 10" reads as a source line
+    def __str__(self) -> str:
         return self.cite
 
 
@@ -221,3 +222,20 @@ def paper_of(id: str) -> Paper:
         return PAPERS[topic]
     except KeyError:
         raise ValueError(f"id: no paper registered for topic {topic!r}") from None
+
+
+def symbols_of(topic: str):
+    """The symbol table (:class:`theory.symbols.Symbols`) a topic declares as ``SYMBOLS`` in its
+    package ``__init__``; :data:`theory.symbols.DEFAULT` (every name a positive real) for a topic
+    that declares none or is not discovered. ``TypeError`` when ``SYMBOLS`` is something else."""
+    from .symbols import DEFAULT, Symbols
+
+    t = topics().get(topic)
+    if t is None:
+        return DEFAULT
+    table = getattr(importlib.import_module(t.package), "SYMBOLS", None)
+    if table is None:
+        return DEFAULT
+    if not isinstance(table, Symbols):
+        raise TypeError(f"{t.package}.SYMBOLS: expected a theory.Symbols, got {type(table).__name__}")
+    return table

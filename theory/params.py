@@ -78,10 +78,12 @@ class Param:
     high : int or None
         Largest allowed value of an ``index`` parameter (None: :data:`INDEX_MAX` = 2**53), or
         the largest length of a ``steps`` list (required for ``steps``).
-    symbol : str or None
-        Name in :func:`theory.symbols.sym` of the sympy symbol standing for this parameter,
-        where it differs from ``name`` (e.g. Scan and Snap's vocabulary size ``M``, a scalar,
-        is ``sym("M_vocab")`` because ``M`` is the effective matrix elsewhere).
+    sample : tuple or None
+        Where the high-precision check draws this parameter at random: ``(low, high)``
+        (uniform; for an ``index``, integers ``low..high``, where ``high`` may be ``"D"``, the
+        dimension of the matrices drawn with it) or ``(low, high, "log")`` (log-uniform).
+        ``None``: the range of the kind (:data:`SAMPLE_RANGES`). An ``index`` range is clipped
+        to the parameter's ``low``/``high``.
     example_value : any
         A typical valid value (what ``python -m theory show`` evaluates the record at); ``None``
         for the default of the kind (:meth:`example`).
@@ -92,7 +94,7 @@ class Param:
     doc: str
     low: int = 1
     high: int | None = None
-    symbol: str | None = None
+    sample: tuple | None = None
     example_value: Any = None
 
     def __post_init__(self):
@@ -100,6 +102,14 @@ class Param:
             raise ValueError(f"kind: unknown parameter kind {self.kind!r}")
         if self.kind == "steps" and (self.high is None or self.high < 1):
             raise ValueError(f"high: a steps parameter ({self.name}) needs a maximum length >= 1")
+        if self.sample is not None:
+            s = self.sample
+            ok = (isinstance(s, tuple) and len(s) in (2, 3) and _is_number(s[0])
+                  and (_is_number(s[1]) and s[0] <= s[1] or s[1] == "D" and self.kind == "index")
+                  and (len(s) == 2 or s[2] == "log" and s[0] > 0))
+            if not ok:
+                raise ValueError(f"sample: expected (low, high) or (low > 0, high, 'log') for {self.name}, "
+                                 f"got {self.sample!r}")
 
     def validate(self, value: Any, dims: dict[str, int]) -> Any:
         """Check ``value`` and return it normalised (see the module docstring).
@@ -145,6 +155,10 @@ class Param:
         }[self.kind]
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def _fail(p: Param, msg: str) -> ValueError:
     return ValueError(f"{p.name}: {msg}")
 
@@ -152,6 +166,12 @@ def _fail(p: Param, msg: str) -> ValueError:
 #: Default upper bound of an ``index`` parameter: the largest integer up to which float64
 #: represents every integer (the numeric backends compute in float64).
 INDEX_MAX = 2**53
+
+#: Where the high-precision check draws a parameter that declares no :attr:`Param.sample`: an
+#: ``index`` from its ``low`` up to 1000 (a recursion evaluated step by step in mpmath must stay
+#: cheap), a scalar uniformly in [0.2, 3] (a ``real`` parameter that should also be drawn
+#: negative declares its own range).
+SAMPLE_RANGES = {"index": (0, 1000), "positive": (0.2, 3.0), "nonnegative": (0.2, 3.0), "real": (0.2, 3.0)}
 
 #: numpy dtype kinds that hold real numbers (signed and unsigned integers, floats); object arrays
 #: (Python ints beyond int64, Decimal, Fraction) are converted element by element.
@@ -389,20 +409,20 @@ def matrix(name: str, doc: str, *, example=None) -> Param:
     return Param(name, "matrix", doc, example_value=example)
 
 
-def index(name: str, doc: str, low: int = 1, high: int | None = None, *, example=None) -> Param:
-    return Param(name, "index", doc, low=low, high=high, example_value=example)
+def index(name: str, doc: str, low: int = 1, high: int | None = None, *, example=None, sample=None) -> Param:
+    return Param(name, "index", doc, low=low, high=high, example_value=example, sample=sample)
 
 
-def positive(name: str, doc: str, *, example=None) -> Param:
-    return Param(name, "positive", doc, example_value=example)
+def positive(name: str, doc: str, *, example=None, sample=None) -> Param:
+    return Param(name, "positive", doc, example_value=example, sample=sample)
 
 
-def nonnegative(name: str, doc: str, *, example=None) -> Param:
-    return Param(name, "nonnegative", doc, example_value=example)
+def nonnegative(name: str, doc: str, *, example=None, sample=None) -> Param:
+    return Param(name, "nonnegative", doc, example_value=example, sample=sample)
 
 
-def real(name: str, doc: str, *, example=None) -> Param:
-    return Param(name, "real", doc, example_value=example)
+def real(name: str, doc: str, *, example=None, sample=None) -> Param:
+    return Param(name, "real", doc, example_value=example, sample=sample)
 
 
 def vector(name: str, doc: str, *, example=None) -> Param:

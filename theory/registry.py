@@ -58,7 +58,8 @@ class ClosedForm:
     title : str
         One line saying what the value is.
     source : str
-        Paper and equation, e.g. ``Zhang et al. 2025, eq. 10``.
+        Where the result is in the topic's paper, e.g. ``eq. 10`` or ``Lemma 2, eq. 14``; the
+        paper itself is the topic's (:attr:`citation` joins the two).
     status : str
         ``exact``, ``asymptotic``, ``approximate`` or ``heuristic``.
     params : tuple of theory.params.Param
@@ -82,7 +83,7 @@ class ClosedForm:
         computed in ``backend`` (with mpmath at the working precision, so that a
         high-precision value is not built on float64 intermediates).
     derived_names : tuple of str
-        Names (in :func:`theory.symbols.sym`) of the auxiliary symbols.
+        Names (in the topic's symbol table, :attr:`symbols`) of the auxiliary symbols.
     evaluate : callable or None
         ``evaluate(backend, values, dims) -> value`` for a record defined by a recursion or an
         implicit equation that no emitted expression evaluates (e.g. iterating a sequence to
@@ -149,10 +150,45 @@ class ClosedForm:
     def param_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
 
-    def _args(self):
-        from .symbols import dim, sym
+    @property
+    def topic(self) -> str:
+        """The topic: the first part of the id."""
+        return self.id.split(".", 1)[0]
 
-        args = [sym(p.symbol or p.name) for p in self.params] + [sym(n) for n in self.derived_names]
+    @property
+    def citation(self) -> str:
+        """The paper's short citation and :attr:`source`, e.g. ``Zhang, Singh, Latham, Saxe 2025,
+        eq. 10`` (just :attr:`source` for a topic with no declared paper)."""
+        from .papers import paper_of
+
+        try:
+            return f"{paper_of(self.id).cite}, {self.source}"
+        except ValueError:
+            return self.source
+
+    @property
+    def symbols(self):
+        """The symbol table of the record's topic (:func:`theory.papers.symbols_of`)."""
+        from .papers import symbols_of
+
+        return symbols_of(self.topic)
+
+    def equal(self, a, b) -> bool:
+        """Whether ``a`` and ``b`` (forms of this record: derived, printed, stable) are identical,
+        by :func:`theory.compare.equal` told this record's covariance (its first ``covariance``
+        parameter) and its eigen-projectors (its derived matrix symbols)."""
+        from .compare import equal
+
+        sym = self.symbols
+        cov = next((sym(p.name) for p in self.params if p.kind == "covariance"), None)
+        projectors = [sym(n) for n in self.derived_names if sym.kind_of(n) == "matrices"]
+        return equal(a, b, covariance=cov, projectors=projectors)
+
+    def _args(self):
+        from .symbols import dim
+
+        sym = self.symbols
+        args = [sym(p.name) for p in self.params] + [sym(n) for n in self.derived_names]
         if "D" not in self.param_names:
             args.append(dim())
         return args
@@ -325,6 +361,9 @@ def register(cf: ClosedForm) -> ClosedForm:
     first part must be the topic's name."""
     if cf.id in _REGISTRY:
         raise ValueError(f"id: {cf.id!r} is registered twice")
+    table = cf.symbols
+    for p in cf.params:
+        table.check_param(p, cf.id)
     _REGISTRY[cf.id] = cf
     return cf
 

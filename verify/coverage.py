@@ -21,11 +21,6 @@ START, END = "<!-- coverage:start -->", "<!-- coverage:end -->"
 _GENERIC = ("symbolic_printed_forms", "high_precision")
 
 
-def _where(source: str, cite: str) -> str:
-    """The place in the paper: ``source`` without the leading citation of its topic's paper."""
-    return source[len(cite) + 2:] if source.startswith(cite + ", ") else source
-
-
 def _printed(cf) -> str:
     if cf.printed is None:
         return "derived only"
@@ -52,7 +47,7 @@ def table() -> str:
     by_topic: dict[str, list] = {}
     for cf in theory.records():
         topic = cf.id.split(".", 1)[0]
-        by_topic.setdefault(topic, []).append((cf, _where(cf.source, paper_of(topic).cite)))
+        by_topic.setdefault(topic, []).append((cf, cf.source))
     out = ["Numbered items of each paper (`docs/ledger/<topic>.toml`; `python -m verify.ledger`):", "",
            "| paper | items | " + " | ".join(STATUSES) + " |", "|---" * (len(STATUSES) + 2) + "|"]
     for topic, led in ledgers.items():

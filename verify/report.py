@@ -800,7 +800,7 @@ def _errata_section(results, statuses, view: _View | None = None) -> list[str]:
     for r, st in zip(results, statuses):
         by_id.setdefault(r.id, []).append((r, st))
     for cf in records:
-        L += [f"### `{cf.id}`", "", f"{cf.title} ({cf.source}; {cf.status})", ""]
+        L += [f"### `{cf.id}`", "", f"{cf.title} ({cf.citation}; {cf.status})", ""]
         L += [textwrap.fill(" ".join(cf.erratum.split()), 100), ""]
         ran = [c for c in by_id if cf.id in by_id[c][0][0].covers]
         not_run = [c.id for c in registered if cf.id in c.covers and c.id not in by_id]

@@ -12,8 +12,8 @@
   not on round-off divided by round-off); the same comparison with one parameter nudged by
   1e-6 relative is rejected (negative control).
 
-:func:`sample_params` draws a random valid parameter point for any record (by parameter kind
-and name), resampling until the record's domain accepts it.
+:func:`sample_params` draws a random valid parameter point for any record (by parameter kind and
+the parameter's declared sampling range), resampling until the record's domain accepts it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import mpmath
 import numpy as np
 
 import theory
-from theory.compare import equal
+from theory.params import SAMPLE_RANGES
 
 from .registry import Control, Outcome, check
 from .stats import rel_err, rel_max
@@ -54,6 +54,9 @@ def sample_params(r, rng, attempts: int = 200) -> dict:
 
 
 def _draw(r, rng) -> dict:
+    """One random point: matrices and lists by kind (dimension :data:`DIM`), scalars and indices
+    from the parameter's own :attr:`~theory.Param.sample` range, else its kind's
+    (:data:`theory.params.SAMPLE_RANGES`)."""
     D = DIM
     out = {}
     for p in r.params:
@@ -70,24 +73,14 @@ def _draw(r, rng) -> dict:
             out[n] = rng.standard_normal(D).tolist()
         elif p.kind == "steps":
             out[n] = rng.uniform(-0.5, 2.0, size=int(rng.integers(1, p.high + 1))).tolist()
-        elif p.kind == "index" and n in ("m", "R", "j"):  # a direction count or rank: 1..D
-            out[n] = int(rng.integers(1, D + 1))
         elif p.kind == "index":
-            # small dimensions / layer counts; other counts (N, n, s, M ...) up to 1000 (a
-            # recursion evaluated step by step in mpmath must stay cheap)
-            hi = 9 if n in ("D", "d", "L") else 1000
-            hi = min(hi, p.high) if p.high is not None else hi
-            out[n] = int(rng.integers(p.low, hi + 1))
-        elif n == "t":
-            out[n] = float(rng.uniform(0, 20))
-        elif n == "w_init":
-            out[n] = float(np.exp(rng.uniform(np.log(1e-8), 0)))
-        elif n == "h":  # Scan and Snap's h ~ ln(M eta_Y t)/M: M h stays below ~40 for t <= 1e9
-            out[n] = float(np.exp(rng.uniform(np.log(1e-4), np.log(0.04))))
-        elif n == "trLambda":
-            out[n] = float(rng.uniform(1, 10))
+            lo, hi = p.sample[:2] if p.sample is not None else SAMPLE_RANGES["index"]
+            hi = D if hi == "D" else hi
+            lo, hi = max(lo, p.low), min(hi, p.high) if p.high is not None else hi
+            out[n] = int(rng.integers(lo, hi + 1))
         else:
-            out[n] = float(rng.uniform(0.2, 3))
+            lo, hi, *scale = p.sample if p.sample is not None else SAMPLE_RANGES[p.kind]
+            out[n] = float(np.exp(rng.uniform(np.log(lo), np.log(hi))) if scale else rng.uniform(lo, hi))
     return out
 
 
@@ -130,7 +123,7 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
         for r in _records(topic):
             if r.printed is None:
                 continue
-            same = equal(r.expr, r.printed_expr)
+            same = r.equal(r.expr, r.printed_expr)
             if r.erratum:
                 # negative control: the printed form of an erratum must differ, symbolically and in value
                 values = dict(r.example) if r.example else sample_params(r, ctx.rng)
@@ -142,11 +135,11 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
                 agreed.append(r.id)
             else:
                 mismatched.append(r.id)
-        stable_bad = [r.id for r in _records(topic) if r.stable is not None and not equal(r.expr, r.numeric_expr)]
+        stable_bad = [r.id for r in _records(topic) if r.stable is not None and not r.equal(r.expr, r.numeric_expr)]
         if not controls:  # no erratum in this topic: a deliberately wrong form must be told apart
             r = theory.get(control_id)
             wrong = 2 * r.expr
-            stat = 0.0 if equal(r.expr, wrong) else 1.0
+            stat = 0.0 if r.equal(r.expr, wrong) else 1.0
             # an exact symbolic comparison (no sampling): the statistic is its own expected value
             controls.append(Control(f"{control_id}: twice the derived form", stat, 0.5, expected=stat))
         return Outcome(

@@ -38,8 +38,7 @@ import numpy as np
 import sympy as sp
 
 import theory
-from theory.compare import equal
-from theory.symbols import sym
+from theory.localization import sym
 from verify.tasks.random_walk import linearised_signal, sample_walks, spectrum, symmetric_qk, traces
 
 from _helpers import claim, record, show  # noqa: E402  (shared notebook helpers)
@@ -59,7 +58,7 @@ for id in ("localization.softmax.value_at_origin", "localization.softmax.jacobia
            "localization.softmax.jacobian_offdiagonal"):
     cf = record(id)
     show(id.split(".")[-1], cf.expr)
-    claim(f"{id.split('.')[-1]}: derived = printed", equal(cf.expr, cf.printed_expr))
+    claim(f"{id.split('.')[-1]}: derived = printed", cf.equal(cf.expr, cf.printed_expr))
 
 # %% [markdown]
 # ## 2. Lemma 1: exact mean and variance of $u_i$
@@ -75,7 +74,7 @@ var = record("localization.u.variance")
 show("v^i", var.expr)
 i, T, trW, trW2, lam = (sym(n) for n in ("i", "T", "trW", "trW2", "temperature"))
 claim("mu^i = (i - (T+1)/2) tr W/(lambda T) + 1/T",
-      equal(mean.expr, (i - (T + 1) / 2) * trW / (lam * T) + 1 / T))
+      mean.equal(mean.expr, (i - (T + 1) / 2) * trW / (lam * T) + 1 / T))
 claim("v^i depends on W_QK only through tr W^2 (not on tr W)", trW not in var.expr.free_symbols)
 
 # %% [markdown]
@@ -89,8 +88,8 @@ vlim = record("localization.u.variance_limit")
 show("v^i (T -> oo, derived)", vlim.expr)
 show("v^i (T -> oo, printed)", vlim.printed_expr)
 mlim = record("localization.u.mean_limit")
-claim("the mean limit equals the printed (i/T - 1/2) tr W/lambda", equal(mlim.expr, mlim.printed_expr))
-claim("the variance limit differs from the printed Lemma 1", not equal(vlim.expr, vlim.printed_expr))
+claim("the mean limit equals the printed (i/T - 1/2) tr W/lambda", mlim.equal(mlim.expr, mlim.printed_expr))
+claim("the variance limit differs from the printed Lemma 1", not vlim.equal(vlim.expr, vlim.printed_expr))
 th = sp.Symbol("theta", positive=True)
 unit = {trW2: 1, lam: 1}
 coef = sp.simplify(vlim.expr.xreplace(unit).xreplace({i: th * T}))
@@ -140,7 +139,7 @@ show("rho_c(theta)", cont.expr)
 printed6 = record("localization.rho.continuum_printed")
 show("rho(theta) (eq. 6)", printed6.expr)
 gauss = record("localization.rho.gaussian")
-claim("eq. 6 as printed is not the derived continuum limit", not equal(cont.expr, printed6.expr))
+claim("eq. 6 as printed is not the derived continuum limit", not cont.equal(cont.expr, printed6.expr))
 
 # %% [markdown]
 # **Grid.** $\xi\in\{-4, -2, 0, 2, 4\}$ and $\eta\in\{0.25, 0.5, 1, 2\}$ (20 cells), $d = 32$ (so

@@ -53,11 +53,17 @@ import numpy as np
 import sympy as sp
 
 import theory
-from theory.compare import equal, is_zero
+from theory.compare import equal as _equal
+from theory.compare import is_zero
 from theory.gaussian import expectation
 from theory.linear_attention import data, merged, ntp
 from theory.matrices import Vec, from_spectral, spectral, trace_symbol
-from theory.symbols import sym
+from theory.linear_attention import sym
+
+
+def equal(a, b):
+    """Symbolic equality; the matrices here are functions of the covariance Lambda."""
+    return _equal(a, b, covariance=sym("Lambda"))
 
 
 from _helpers import claim, record, show  # noqa: E402  (shared notebook helpers)
@@ -159,7 +165,7 @@ lam = sym("lam")
 print("per eigen-direction, printed :", sp.expand(data.spectral_image(eq30.printed_expr)))
 print("per eigen-direction, derived :", sp.expand(data.spectral_image(eq30.expr)))
 claim("eq. 30 line 2 as printed is NOT E[Lhat^2] (it grows like N^2)",
-      not equal(eq30.expr, eq30.printed_expr))
+      not eq30.equal(eq30.expr, eq30.printed_expr))
 print("erratum:", eq30.erratum)
 
 # %% [markdown]
@@ -331,7 +337,7 @@ claim("M* equals eq. 11: (Lambda + (Lambda + tr(Lambda) I)/N)^{-1}",
 # %%
 cf_lim = record("linear_attention.merged.converged_matrix_limit")
 show("lim_{N->oo} M*", cf_lim.expr, r"\lim_{N\to\infty} M^*")
-claim("the limit is Lambda^{-1}", equal(cf_lim.expr, cf_lim.printed_expr))
+claim("the limit is Lambda^{-1}", cf_lim.equal(cf_lim.expr, cf_lim.printed_expr))
 
 # %% [markdown]
 # So the trained model computes $\beta^\top\Lambda^{-1}x_q$ for long contexts. In-context
@@ -376,7 +382,7 @@ show("l(lam, m)", merged.loss_summand(), r"\ell(\lambda, m)")
 show("l(lam, m*)", merged.global_min_summand(), r"\ell(\lambda, m^*)")
 cf_min = record("linear_attention.merged.global_min_loss")
 claim("sum_d l(lambda_d, m*) equals the paper's eq. 19 with m = D",
-      equal(cf_min.expr, cf_min.printed_expr))
+      cf_min.equal(cf_min.expr, cf_min.printed_expr))
 
 # %% [markdown]
 # $$\mathcal L(M^*) = \sum_{d=1}^D\frac{\lambda_d\,(\lambda_d + \operatorname{tr}\Lambda)}
@@ -433,13 +439,13 @@ show("s(t)", s_t)
 # %%
 cf_sigma = record("linear_attention.merged.sigma")
 show("sigma(t)", cf_sigma.expr, r"\sigma(t)")
-claim("the dsolve solution equals the paper's eq. 10 exactly", equal(cf_sigma.expr, cf_sigma.printed_expr))
+claim("the dsolve solution equals the paper's eq. 10 exactly", cf_sigma.equal(cf_sigma.expr, cf_sigma.printed_expr))
 cf_inf = record("linear_attention.merged.sigma_infinity")
 claim("sigma(oo) = N/(N + 1 + D) = 1/alpha, i.e. M(oo) = M* at Lambda = I",
-      equal(cf_inf.expr, cf_inf.printed_expr) and equal(cf_inf.expr, 1 / alpha_w))
+      cf_inf.equal(cf_inf.expr, cf_inf.printed_expr) and cf_inf.equal(cf_inf.expr, 1 / alpha_w))
 cf_half = record("linear_attention.merged.half_rise_time")
 show("t_1/2", cf_half.expr, r"t_{1/2}")
-claim("t_1/2 = tau/(2 sqrt D) ln(sqrt(D)/(alpha w_init^2) - 1)", equal(cf_half.expr, cf_half.printed_expr))
+claim("t_1/2 = tau/(2 sqrt D) ln(sqrt(D)/(alpha w_init^2) - 1)", cf_half.equal(cf_half.expr, cf_half.printed_expr))
 
 # %% [markdown]
 # Two caveats the paper glosses:
@@ -465,7 +471,7 @@ sigma_s = sp.Symbol("sigma", positive=True)
 show("l(1, sigma)", sp.factor(merged.loss_summand(sigma_s).xreplace({lam: 1, t1: D})), r"\ell(1,\sigma)")
 cf_wl = record("linear_attention.merged.white_loss")
 claim("D l(1, sigma(t)) equals eq. 51: (1 - 2 sigma + (1 + (1+D)/N) sigma^2) D",
-      equal(cf_wl.expr, cf_wl.printed_expr))
+      cf_wl.equal(cf_wl.expr, cf_wl.printed_expr))
 
 # %% [markdown]
 # ## 11. How long is the plateau? (eqs. 52–54)
@@ -477,9 +483,9 @@ claim("D l(1, sigma(t)) equals eq. 51: (1 - 2 sigma + (1 + (1+D)/N) sigma^2) D",
 # %%
 cf_pl = record("linear_attention.merged.plateau_time")
 show("t_plateau", cf_pl.expr, r"t_\text{plateau}")
-claim("equals eq. 54: tau / ||Lambda^2||_F * ln(1/w_init)", equal(cf_pl.expr, cf_pl.printed_expr))
+claim("equals eq. 54: tau / ||Lambda^2||_F * ln(1/w_init)", cf_pl.equal(cf_pl.expr, cf_pl.printed_expr))
 cf_gamma = record("linear_attention.merged.gamma")
-claim("gamma = ||E[y_q z]|| = ||Lambda^2||_F (eq. 53)", equal(cf_gamma.expr, cf_gamma.printed_expr))
+claim("gamma = ||E[y_q z]|| = ||Lambda^2||_F (eq. 53)", cf_gamma.equal(cf_gamma.expr, cf_gamma.printed_expr))
 
 # %% [markdown]
 # Eq. 54 is **asymptotic**: it drops $\ln s$ at the end of the plateau against
@@ -521,7 +527,7 @@ show("E(1/N)", cf_nu.expr, r"\mathbb E(1/N)")
 for id in ("linear_attention.ntp.converged_matrix", "linear_attention.ntp.global_min_loss"):
     cf = record(id)
     claim(f"{id.split('.')[-1]}: derived equals the printed {cf.source.split(', ')[-1]}",
-          equal(cf.expr, cf.printed_expr))
+          cf.equal(cf.expr, cf.printed_expr))
 print(f"Fig.-1 spectrum, N_max = 31: E(1/N) = {cf_nu(N_max=31):.6f}; "
       f"last plateau {theory.get('linear_attention.ntp.global_min_loss')(Lambda=fig1, N_max=31):.6f} "
       f"vs {L_star4:.6f} at fixed N = 31")

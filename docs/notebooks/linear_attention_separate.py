@@ -39,9 +39,9 @@ import numpy as np
 import sympy as sp
 
 import theory
-from theory.compare import equal, is_zero
+from theory.compare import is_zero
 from theory.linear_attention import separate
-from theory.symbols import sym
+from theory.linear_attention import sym
 
 
 from _helpers import claim, record, show  # noqa: E402  (shared notebook helpers)
@@ -76,7 +76,7 @@ print("active root m_d (merged eq. 11 per direction):", separate.active_root())
 # %%
 cf_fp = record("linear_attention.separate.fixed_point_matrix")
 show("M_S", cf_fp.expr)
-claim("derived M_S equals eq. 18 / 59", equal(cf_fp.expr, cf_fp.printed_expr))
+claim("derived M_S equals eq. 18 / 59", cf_fp.equal(cf_fp.expr, cf_fp.printed_expr))
 
 import itertools  # noqa: E402
 
@@ -108,8 +108,8 @@ claim(f"all 16 subsets, rotated Fig.-1 spectrum, N = 31: max |G e_d| over d in S
 cf_sub = record("linear_attention.separate.subset_loss")
 cf_sad = record("linear_attention.separate.saddle_loss")
 show("L(M_S)", cf_sub.expr, r"\mathcal L(M_S)")
-claim("derived L(M_S) equals eq. 63", equal(cf_sub.expr, cf_sub.printed_expr))
-claim("at S = {1..m} it equals eq. 19", equal(cf_sad.expr, cf_sad.printed_expr))
+claim("derived L(M_S) equals eq. 63", cf_sub.equal(cf_sub.expr, cf_sub.printed_expr))
+claim("at S = {1..m} it equals eq. 19", cf_sad.equal(cf_sad.expr, cf_sad.printed_expr))
 levels = np.array([cf_sad(Lambda=Lam4, N=N31, m=m) for m in range(5)])
 print("L(M_0..M_4), Fig.-1 spectrum, N = 31:", np.round(levels, 6))
 claim("matches the independent hand values (1, 0.640580, 0.377372, 0.209805, 0.135995)",
@@ -131,7 +131,7 @@ claim(f"the last saddle is the merged global minimum (relative difference "
 # %%
 cf_drop = record("linear_attention.separate.drop_size")
 show("drop_m", cf_drop.expr)
-claim("the derived drop is NOT the printed lambda_m", not equal(cf_drop.expr, cf_drop.printed_expr))
+claim("the derived drop is NOT the printed lambda_m", not cf_drop.equal(cf_drop.expr, cf_drop.printed_expr))
 a_eig = theory.get("linear_attention.data.lambda_hat_sq_eigenvalue")(lam=fig1, trLambda=fig1.sum(), N=N31)
 drops = np.array([cf_drop(Lambda=Lam4, N=N31, m=m) for m in range(1, 5)])
 printed = np.array([cf_drop(Lambda=Lam4, N=N31, m=m, printed=True) for m in range(1, 5)])
@@ -156,7 +156,7 @@ print("erratum:", cf_drop.erratum)
 # %%
 cf_rhs = record("linear_attention.separate.scalar_ode_rhs")
 show("dv/dt", cf_rhs.expr, r"\dot v")
-claim("derived equals eq. 21: tau dv/dt = lambda^2 v^2 - lambda a v^5", equal(cf_rhs.expr, cf_rhs.printed_expr))
+claim("derived equals eq. 21: tau dv/dt = lambda^2 v^2 - lambda a v^5", cf_rhs.equal(cf_rhs.expr, cf_rhs.printed_expr))
 
 # %% [markdown]
 # The same statement on the exact flow: at a balanced, aligned state (heads on distinct
@@ -186,7 +186,7 @@ claim(f"its nonzero fixed point v* = (lambda/a)^(1/3) (eq. 20a): |dv/dt| = {rest
 
 # %%
 cf_time = record("linear_attention.separate.scalar_ode_time")
-claim("derived t(v) - t(v0) equals eq. 70's antiderivative", equal(cf_time.expr, cf_time.printed_expr))
+claim("derived t(v) - t(v0) equals eq. 70's antiderivative", cf_time.equal(cf_time.expr, cf_time.printed_expr))
 vv, v0, a_s, tau_s = sym("v"), sym("v0"), sym("a"), sym("tau")
 dtdv = sp.diff(cf_time.printed_expr, vv)
 right = tau_s / (lam**2 * vv**2 - lam * a_s * vv**5)
@@ -205,7 +205,7 @@ claim("and not the printed integrand with v^2", abs(float((dtdv - slip).subs(at)
 # %%
 cf_esc = record("linear_attention.separate.escape_time")
 show("t_m", cf_esc.expr)
-claim("derived blow-up time equals eqs. 71/76", equal(cf_esc.expr, cf_esc.printed_expr))
+claim("derived blow-up time equals eqs. 71/76", cf_esc.equal(cf_esc.expr, cf_esc.printed_expr))
 for w in (1e-2, 1e-4, 1e-6):
     t_esc = cf_esc(Lambda=Lam4, N=N31, m=1, tau=1.0, w_init=w)
     t_half = cf_time(v=v_star[0] / 2, v0=w, lam=fig1[0], a=a_eig[0], tau=1.0)

@@ -33,8 +33,7 @@ import numpy as np
 import sympy as sp
 
 import theory
-from theory.compare import equal
-from theory.symbols import sym
+from theory.preconditioned_gd import sym
 from verify.models import linear_transformer as lt
 from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance, sample_prompts
 
@@ -78,7 +77,7 @@ loss1 = record("preconditioned_gd.single_layer.loss")
 show("f(A)", loss1.expr)
 opt = record("preconditioned_gd.single_layer.optimal_preconditioner")
 show("Gamma*", opt.expr)
-claim("derived optimum equals the printed eq. 6", equal(opt.expr, opt.printed_expr))
+claim("derived optimum equals the printed eq. 6", opt.equal(opt.expr, opt.printed_expr))
 fstar = record("preconditioned_gd.single_layer.optimal_loss")
 show("f*", fstar.expr)
 
@@ -92,8 +91,8 @@ merged_M = theory.get("linear_attention.merged.converged_matrix").expr
 merged_L = theory.get("linear_attention.merged.global_min_loss").expr
 to_ahn = {sym("Lambda"): sym("Sigma"), sym("N"): sym("n")}
 claim("Gamma* (Ahn et al.) == M* (Zhang et al.) with Lambda = Sigma, N = n",
-      equal(opt.expr, merged_M.xreplace(to_ahn)))
-claim("f* (Ahn et al.) == L(M*) (Zhang et al.)", equal(fstar.expr, merged_L.xreplace(to_ahn)))
+      opt.equal(opt.expr, merged_M.xreplace(to_ahn)))
+claim("f* (Ahn et al.) == L(M*) (Zhang et al.)", fstar.equal(fstar.expr, merged_L.xreplace(to_ahn)))
 lam = np.array(EXPERIMENT_EIGENVALUES)
 print("f* at the paper's spectrum, n = 20:", fstar(Sigma=lam, n=20),
       "  (plain GD would need Gamma proportional to I)")

@@ -33,7 +33,6 @@ import sympy as sp
 from scipy import integrate
 
 import theory
-from theory.compare import equal
 from theory.scan_snap import h as hmod
 
 from _helpers import claim, record, show  # noqa: E402  (shared notebook helpers)
@@ -152,7 +151,7 @@ claim("omega_1 = 0.3198 at M = 1000", round(theory.get("scan_snap.h.omega_1")(M=
 # %%
 for k in ("53", "54", "56", "57"):
     r = theory.get(f"scan_snap.h.identity_{k}")
-    claim(f"eq. {k} is an identity (sympy)", equal(r.expr, r.printed_expr))
+    claim(f"eq. {k} is an identity (sympy)", r.equal(r.expr, r.printed_expr))
 
 # %% [markdown]
 # ## 3. The speed control coefficient $\gamma(t)$
@@ -163,7 +162,7 @@ for k in ("53", "54", "56", "57"):
 
 # %%
 gam, Gam = record("scan_snap.speed.gamma"), record("scan_snap.speed.gamma_integral")
-from theory.symbols import sym  # noqa: E402
+from theory.scan_snap import sym  # noqa: E402
 
 H, K_, etaZ_ = sp.Symbol("H", positive=True), sym("K"), sym("eta_Z")
 integrand = hmod.gamma_of_h() * K_ * inv.expr.diff(h_)          # gamma dt with t = K t(h)

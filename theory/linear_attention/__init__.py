@@ -17,7 +17,17 @@ Every module here is imported by the registry on first use (see :mod:`theory.pap
 """
 
 from ..papers import Paper
+from ..symbols import Symbols
 
 #: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
 PAPER = Paper(authors=("Zhang", "Singh", "Latham", "Saxe"), year=2025,
               title="Training Dynamics of In-Context Learning in Linear Attention", venue="ICML 2025")
+
+#: The symbols of this paper: Lambda (the input covariance), M (the merged key-query matrix) and the
+#: eigen-projectors are D x D matrices; N_max, n, R, s are counts, m and j counts that may be 0;
+#: time t and the value weight v are nonnegative.
+SYMBOLS = Symbols(matrices=("Lambda", "Lambda_q", "M", "A", "P", "P_prev", "E_m"),
+                  integers=("N_max", "n", "R", "s"), naturals=("m", "j"),
+                  nonnegative=("t", "v"))
+#: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).
+sym = SYMBOLS

@@ -32,10 +32,9 @@ from types import SimpleNamespace
 
 from ..params import covariance, index, matrix, positive
 from ..registry import ClosedForm, register
-from . import PAPER
 
 LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
-N_CTX = index("N", "Context length: number of labelled tokens before the query.")
+N_CTX = index("N", "Context length: number of labelled tokens before the query.", example=5)
 
 
 @cache
@@ -44,7 +43,8 @@ def variables() -> SimpleNamespace:
     import sympy as sp
 
     from ..gaussian import Gaussian, SampleCovariance
-    from ..symbols import dim, sym
+    from ..symbols import dim
+    from . import sym
 
     D = dim()
     Lam, Lam_q, N = sym("Lambda"), sym("Lambda_q"), sym("N")
@@ -83,7 +83,7 @@ def yq_word():
 @cache
 def derive_fourth_moment():
     from ..gaussian import expectation
-    from ..symbols import sym
+    from . import sym
 
     v = variables()
     A = sym("A")
@@ -160,7 +160,7 @@ def spectral_image(expr):
     """Eigenvalue function of a function of Lambda (see :func:`theory.matrices.spectral`)."""
 
     from ..matrices import spectral, trace_symbol
-    from ..symbols import sym
+    from . import sym
 
     img = spectral(expr, variables().Lam, sym("lam"))
     return img.xreplace({trace_symbol(1): sym("trLambda")})
@@ -171,7 +171,7 @@ def printed_fourth_moment():
     """Spec R3: Lambda A Lambda + Lambda A^T Lambda + tr(A Lambda) Lambda."""
     import sympy as sp
 
-    from ..symbols import sym
+    from . import sym
 
     v, A = variables(), sym("A")
     return v.Lam * A * v.Lam + v.Lam * A.T * v.Lam + sp.Trace(A * v.Lam) * v.Lam
@@ -199,7 +199,7 @@ def printed_eq30_line2():
 
 def printed_eigenvalue():
     """Eq. 32: a_d = (1 + 1/N) lambda_d^2 + tr(Lambda) lambda_d / N."""
-    from ..symbols import sym
+    from . import sym
 
     lam, T, N = sym("lam"), sym("trLambda"), sym("N")
     return (1 + 1 / N) * lam**2 + T * lam / N
@@ -231,7 +231,7 @@ def printed_zz():
 register(ClosedForm(
     id="linear_attention.data.fourth_moment",
     title="E[x x^T A x x^T] for x ~ N(0, Lambda) and a fixed matrix A",
-    source=f"{PAPER}, App. C.1 (Isserlis; general A [derived])",
+    source="App. C.1 (Isserlis; general A [derived])",
     status="exact",
     params=(LAMBDA, matrix("A", "Any fixed D x D matrix.")),
     derive=derive_fourth_moment,
@@ -244,7 +244,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.data.lambda_hat_mean",
     title="E[Lambda_hat], the mean in-context covariance",
-    source=f"{PAPER}, eq. 27 and eq. 53",
+    source="eq. 27 and eq. 53",
     status="exact",
     params=(LAMBDA, N_CTX),
     derive=derive_lambda_hat_mean,
@@ -255,7 +255,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.data.lambda_hat_sq",
     title="E[Lambda_hat^2], second moment of the in-context covariance",
-    source=f"{PAPER}, eqs. 15, 30, 31",
+    source="eqs. 15, 30, 31",
     status="exact",
     params=(LAMBDA, N_CTX),
     derive=derive_lambda_hat_sq,
@@ -269,7 +269,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.data.lambda_hat_sq_eq30_line2",
     title="Eq. 30 line 2 as printed (weights (N^2-N)/N^2 and N/N^2 on the sums)",
-    source=f"{PAPER}, eq. 30, second line",
+    source="eq. 30, second line",
     status="exact",
     params=(LAMBDA, N_CTX),
     derive=derive_lambda_hat_sq,
@@ -283,10 +283,10 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.data.lambda_hat_sq_eigenvalue",
     title="a_d, eigenvalue of E[Lambda_hat^2] along the eigenvector e_d of Lambda",
-    source=f"{PAPER}, eqs. 32-33",
+    source="eqs. 32-33",
     status="exact",
     params=(positive("lam", "Eigenvalue lambda_d of Lambda."),
-            positive("trLambda", "Trace of Lambda."), N_CTX),
+            positive("trLambda", "Trace of Lambda.", sample=(1, 10)), N_CTX),
     derive=lambda: spectral_image(derive_lambda_hat_sq()),
     printed=printed_eigenvalue,
     doc="E[Lambda_hat^2] is a polynomial in Lambda and tr(Lambda), so it shares the "
@@ -296,7 +296,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.data.beta_beta",
     title="E[beta beta^T]",
-    source=f"{PAPER}, App. D.4 (E[beta beta^T] = E[Lambda_hat w w^T Lambda_hat])",
+    source="App. D.4 (E[beta beta^T] = E[Lambda_hat w w^T Lambda_hat])",
     status="exact",
     params=(LAMBDA, N_CTX),
     derive=derive_beta_beta,
@@ -308,7 +308,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.data.yq_z",
     title="E[y_q z], correlation of the target with the cubic feature",
-    source=f"{PAPER}, eq. 43",
+    source="eq. 43",
     status="exact",
     params=(LAMBDA,),
     derive=lambda: query_is_token(derive_yq_z()),
@@ -321,7 +321,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.data.zz",
     title="E[z z^T] = Lambda (x) E[Lambda_hat^2], covariance of the cubic feature",
-    source=f"{PAPER}, eq. 44",
+    source="eq. 44",
     status="exact",
     params=(LAMBDA, N_CTX),
     derive=lambda: query_is_token(derive_zz()),
@@ -334,7 +334,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.data.yq_sq",
     title="E[y_q^2], the loss of the zero predictor",
-    source=f"{PAPER}, App. E.4 (E[x_q^T x_q] = tr Lambda)",
+    source="App. E.4 (E[x_q^T x_q] = tr Lambda)",
     status="exact",
     params=(LAMBDA,),
     derive=lambda: query_is_token(derive_yq_sq()),

@@ -35,19 +35,20 @@ from functools import cache
 
 from ..params import covariance, index, matrix, nonnegative, positive
 from ..registry import ClosedForm, register
-from .data import PAPER, beta_row_word, beta_word, derive_lambda_hat_sq, derive_yq_z, query_is_token, variables, yq_word
+from .data import beta_row_word, beta_word, derive_lambda_hat_sq, derive_yq_z, query_is_token, variables, yq_word
 
 LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
 N_CTX = index("N", "Context length (number of labelled tokens).")
 M_EFF = matrix("M", "Effective matrix M = sum_i v_i U_i.")
-T = nonnegative("t", "Time.")
+T = nonnegative("t", "Time.", sample=(0, 20))
 TAU = positive("tau", "Time constant of the gradient flow (eq. 5).")
-D_DIM = index("D", "Token dimension (white covariance Lambda = I_D).")
-W_INIT = positive("w_init", "Initial norm of each layer: s(0) = ||w2(0)||^2 = w_init^2.")
+D_DIM = index("D", "Token dimension (white covariance Lambda = I_D).", sample=(1, 9))
+W_INIT = positive("w_init", "Initial norm of each layer: s(0) = ||w2(0)||^2 = w_init^2.",
+                  sample=(1e-8, 1, "log"))
 
 
 def _sym(name):
-    from ..symbols import sym
+    from . import sym
 
     return sym(name)
 
@@ -469,7 +470,7 @@ def zero_output_critical_set():
 register(ClosedForm(
     id="linear_attention.merged.loss",
     title="Population loss L(M) of the merged model with effective matrix M",
-    source=f"{PAPER}, §2.5 and App. D.2 (D x D form [derived])",
+    source="§2.5 and App. D.2 (D x D form [derived])",
     status="exact",
     params=(LAMBDA, N_CTX, M_EFF),
     derive=derive_loss,
@@ -481,7 +482,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.gradient",
     title="G = -1/2 dL/dM, the right-hand side of the gradient flow in D x D form",
-    source=f"{PAPER}, eqs. 5, 8 (D x D form [derived])",
+    source="eqs. 5, 8 (D x D form [derived])",
     status="exact",
     params=(LAMBDA, N_CTX, M_EFF),
     derive=derive_gradient,
@@ -493,7 +494,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.zero_loss",
     title="Loss at the zero fixed point M = 0 (eq. 9a)",
-    source=f"{PAPER}, eq. 9a",
+    source="eq. 9a",
     status="exact",
     params=(LAMBDA,),
     derive=derive_zero_loss,
@@ -505,7 +506,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.converged_matrix",
     title="M*, the effective matrix at the global minimum",
-    source=f"{PAPER}, eqs. 9b, 11, 46",
+    source="eqs. 9b, 11, 46",
     status="exact",
     params=(LAMBDA, N_CTX),
     derive=derive_converged_matrix,
@@ -518,7 +519,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.converged_matrix_limit",
     title="N -> infinity limit of M*: the inverse covariance",
-    source=f"{PAPER}, §3.4 (unnumbered limit)",
+    source="§3.4 (unnumbered limit)",
     status="asymptotic",
     params=(LAMBDA,),
     derive=derive_converged_matrix_limit,
@@ -529,7 +530,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.global_min_loss",
     title="L(M*), the loss at the global minimum",
-    source=f"{PAPER}, eq. 19 with m = D (identified with the ATTN_M minimum)",
+    source="eq. 19 with m = D (identified with the ATTN_M minimum)",
     status="exact",
     params=(LAMBDA, N_CTX),
     derive=derive_global_min_loss,
@@ -541,7 +542,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.gamma",
     title="gamma = ||E[y_q z]||, the growth rate of the linearised flow",
-    source=f"{PAPER}, eq. 53",
+    source="eq. 53",
     status="exact",
     params=(LAMBDA,),
     derive=derive_gamma,
@@ -552,7 +553,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.sigma",
     title="sigma(t): the merged model computes sigma(t) beta^T x_q (white covariance)",
-    source=f"{PAPER}, eq. 10 (App. D.5, eqs. 47-50)",
+    source="eq. 10 (App. D.5, eqs. 47-50)",
     status="exact",
     params=(T, TAU, D_DIM, N_CTX, W_INIT),
     derive=derive_sigma,
@@ -567,7 +568,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.sigma_infinity",
     title="sigma(infinity) = 1/alpha = N/(N + 1 + D)",
-    source=f"{PAPER}, eq. 10 at t -> infinity (= eq. 11 for Lambda = I)",
+    source="eq. 10 at t -> infinity (= eq. 11 for Lambda = I)",
     status="exact",
     params=(D_DIM, N_CTX),
     derive=derive_sigma_infinity,
@@ -577,7 +578,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.white_loss",
     title="L(t) for white covariance along the sigmoid of eq. 10",
-    source=f"{PAPER}, eq. 51",
+    source="eq. 51",
     status="exact",
     params=(T, TAU, D_DIM, N_CTX, W_INIT),
     derive=derive_white_loss,
@@ -589,7 +590,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.half_rise_time",
     title="t_1/2: time at which sigma reaches half its final value",
-    source=f"{PAPER}, from eq. 10 [derived]",
+    source="from eq. 10 [derived]",
     status="exact",
     params=(TAU, D_DIM, N_CTX, W_INIT),
     derive=derive_half_rise_time,
@@ -601,7 +602,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.merged.plateau_time",
     title="Plateau duration: escape time from the zero fixed point",
-    source=f"{PAPER}, eq. 54 (§3.3)",
+    source="eq. 54 (§3.3)",
     status="asymptotic",
     params=(LAMBDA, TAU, W_INIT),
     derive=derive_plateau_time,

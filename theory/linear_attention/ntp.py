@@ -26,14 +26,14 @@ from functools import cache
 from ..params import covariance, index
 from ..registry import ClosedForm, register
 from . import merged, separate
-from .data import PAPER, variables
+from .data import variables
 
 LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
 N_MAX = index("N_max", "Largest context length; lengths uniform on 1..N_max.")
 
 
 def _sym(name):
-    from ..symbols import sym
+    from . import sym
 
     return sym(name)
 
@@ -146,7 +146,7 @@ def printed_saddle_loss():
 register(ClosedForm(
     id="linear_attention.ntp.inv_length_mean",
     title="E(1/N) for context lengths uniform on 1..N_max",
-    source=f"{PAPER}, App. A.1 (the harmonic number divided by N_max)",
+    source="App. A.1 (the harmonic number divided by N_max)",
     status="exact",
     params=(N_MAX,),
     derive=derive_inv_length_mean,
@@ -157,7 +157,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.ntp.converged_matrix",
     title="Converged effective matrix under the next-token loss",
-    source=f"{PAPER}, eqs. 24-25",
+    source="eqs. 24-25",
     status="exact",
     params=(LAMBDA, N_MAX),
     derive=derive_converged_matrix,
@@ -169,7 +169,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.ntp.global_min_loss",
     title="Next-token loss at the global minimum (the last plateau)",
-    source=f"{PAPER}, eq. 26 with m = D",
+    source="eq. 26 with m = D",
     status="exact",
     params=(LAMBDA, N_MAX),
     derive=derive_global_min_loss,
@@ -181,7 +181,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.ntp.saddle_loss",
     title="Next-token loss at the m-th saddle (lengths uniform on 1..N_max)",
-    source=f"{PAPER}, eq. 26",
+    source="eq. 26",
     status="exact",
     params=(LAMBDA, N_MAX, separate.M_SADDLE),
     derive=derive_saddle_loss,

@@ -42,19 +42,21 @@ import numpy as np
 from ..params import Param, covariance, index, positive, subset
 from ..registry import ClosedForm, register
 from . import merged
-from .data import PAPER, variables
+from .data import variables
 
 LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
 N_CTX = index("N", "Context length (number of labelled tokens).")
 SUBSET = subset("S", "Learned eigen-directions (1-based, descending eigenvalues), eq. 17.")
-M_SADDLE = Param("m", "index", "Number of learned directions: the saddle M_m, S = {1..m} (eq. 19).", low=0)
-M_DROP = index("m", "Which drop: from M_{m-1} to M_m.")
+M_SADDLE = Param("m", "index", "Number of learned directions: the saddle M_m, S = {1..m} (eq. 19).", low=0,
+                 sample=(1, "D"))
+M_DROP = index("m", "Which drop: from M_{m-1} to M_m.", sample=(1, "D"))
 TAU = positive("tau", "Time constant of the gradient flow (eq. 5).")
-W_INIT = positive("w_init", "Initial value weight v_m(0) of the head that learns e_m (ansatz, eq. 20).")
+W_INIT = positive("w_init", "Initial value weight v_m(0) of the head that learns e_m (ansatz, eq. 20).",
+                  sample=(1e-8, 1, "log"))
 
 
 def _sym(name):
-    from ..symbols import sym
+    from . import sym
 
     return sym(name)
 
@@ -425,7 +427,7 @@ def conservation_rates():
 register(ClosedForm(
     id="linear_attention.separate.fixed_point_matrix",
     title="M_S, the effective matrix at the fixed point that has learned the directions S",
-    source=f"{PAPER}, eqs. 16-18, 59 (and eq. 22: the PCR predictor at S = {{1..m}})",
+    source="eqs. 16-18, 59 (and eq. 22: the PCR predictor at S = {1..m})",
     status="exact",
     params=(LAMBDA, N_CTX, SUBSET),
     derive=derive_fixed_point_matrix,
@@ -441,7 +443,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.fixed_point_gradient",
     title="G(M_S): the gradient matrix at the fixed point of S (zero on the learned directions)",
-    source=f"{PAPER}, eqs. 60-62 (and the exact inactive-head condition, eq. 87)",
+    source="eqs. 60-62 (and the exact inactive-head condition, eq. 87)",
     status="exact",
     params=(LAMBDA, N_CTX, SUBSET),
     derive=derive_fixed_point_gradient,
@@ -457,7 +459,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.subset_loss",
     title="L(M_S), the loss at the fixed point of the subset S",
-    source=f"{PAPER}, eq. 63",
+    source="eq. 63",
     status="exact",
     params=(LAMBDA, N_CTX, SUBSET),
     derive=derive_subset_loss,
@@ -470,7 +472,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.saddle_loss",
     title="L(M_m), the m-th plateau: the top m eigen-directions learned",
-    source=f"{PAPER}, eq. 19",
+    source="eq. 19",
     status="exact",
     params=(LAMBDA, N_CTX, M_SADDLE),
     derive=derive_subset_loss,
@@ -485,7 +487,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.drop_size",
     title="L(M_{m-1}) - L(M_m), the size of the m-th drop",
-    source=f"{PAPER}, §4.3 (drop 'approximately lambda_m'); exact from eq. 19",
+    source="§4.3 (drop 'approximately lambda_m'); exact from eq. 19",
     status="exact",
     params=(LAMBDA, N_CTX, M_DROP),
     derive=derive_drop_size,
@@ -501,7 +503,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.scalar_ode_rhs",
     title="Right side of the scalar ODE for the value weight of the head being learned",
-    source=f"{PAPER}, eqs. 20-21, 69, 75",
+    source="eqs. 20-21, 69, 75",
     status="exact",
     params=(Param("v", "nonnegative", "Value weight v_{m+1} (k = q = v e_{m+1})."),
             positive("lam", "Eigenvalue lambda_{m+1}."),
@@ -515,7 +517,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.ansatz_loss_change",
     title="Loss change along the alignment ansatz as the learning head grows",
-    source=f"{PAPER}, eqs. 20-21 (loss along the ansatz [derived])",
+    source="eqs. 20-21 (loss along the ansatz [derived])",
     status="exact",
     params=(Param("v", "nonnegative", "Value weight of the learning head (k = q = v e_{m+1})."),
             positive("lam", "Eigenvalue lambda_{m+1}."),
@@ -528,7 +530,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.scalar_ode_time",
     title="Time for the value weight to grow from v0 to v along the scalar ODE",
-    source=f"{PAPER}, eq. 70 (implicit solution of eq. 21)",
+    source="eq. 70 (implicit solution of eq. 21)",
     status="exact",
     params=(positive("v", "Value weight reached (v < v*)."), positive("v0", "Starting value weight."),
             positive("lam", "Eigenvalue lambda_{m+1}."),
@@ -543,9 +545,9 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.ansatz_value_weight",
     title="v*, the value weight (and key/query norm) of a head that has learned e_d",
-    source=f"{PAPER}, eq. 20a (= eqs. 80-81 applied to eq. 59: the minimum-norm weights)",
+    source="eq. 20a (= eqs. 80-81 applied to eq. 59: the minimum-norm weights)",
     status="exact",
-    params=(positive("lam", "Eigenvalue lambda_d."), positive("trLambda", "Trace of Lambda."), N_CTX),
+    params=(positive("lam", "Eigenvalue lambda_d."), positive("trLambda", "Trace of Lambda.", sample=(1, 10)), N_CTX),
     derive=derive_ansatz_value_weight,
     stable=stable_ansatz_value_weight,
     printed=printed_ansatz_value_weight,
@@ -556,7 +558,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.pcr_limit_matrix",
     title="N -> infinity limit of M_m: principal component regression on the top m directions",
-    source=f"{PAPER}, eq. 22 (limit)",
+    source="eq. 22 (limit)",
     status="asymptotic",
     params=(LAMBDA, M_SADDLE),
     derive=derive_pcr_limit_matrix,
@@ -571,7 +573,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.escape_time",
     title="Time of the m-th drop from a small aligned start (leading order)",
-    source=f"{PAPER}, eqs. 71, 76",
+    source="eqs. 71, 76",
     status="approximate",
     params=(LAMBDA, N_CTX, M_DROP, TAU, W_INIT),
     derive=derive_escape_time,
@@ -584,9 +586,9 @@ register(ClosedForm(
 ))
 
 # -- rank R (§5, App. F.3-F.4) ----------------------------------------------------------
-RANK = index("R", "Rank of each head's key and query (R <= D), eq. S.")
+RANK = index("R", "Rank of each head's key and query (R <= D), eq. S.", sample=(1, "D"))
 PLATEAU_J = Param("j", "index", "Which conspicuous plateau: j = 0 .. ceil(D/R) - 1 (the one at "
-                  "L(M_{jR})).", low=0)
+                  "L(M_{jR})).", low=0, sample=(1, "D"))
 
 
 def _rank_at_most_D(values, dims):
@@ -649,7 +651,7 @@ def derive_rank_fixed_point_matrix():
 register(ClosedForm(
     id="linear_attention.separate.rank_fixed_point_matrix",
     title="M_S at a fixed point of rank-R ATTN_S: the same 2^D functions as rank one",
-    source=f"{PAPER}, App. F.3, eqs. 84-87",
+    source="App. F.3, eqs. 84-87",
     status="exact",
     params=(LAMBDA, N_CTX, SUBSET, RANK),
     derive=derive_rank_fixed_point_matrix,
@@ -668,7 +670,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="linear_attention.separate.conspicuous_plateau_loss",
     title="Loss L(M_{jR}) of the j-th conspicuous plateau of rank-R ATTN_S",
-    source=f"{PAPER}, §5 and App. F.4 (Figs. 4, 11, 12); levels from eq. 19",
+    source="§5 and App. F.4 (Figs. 4, 11, 12); levels from eq. 19",
     status="heuristic",
     params=(LAMBDA, N_CTX, RANK, PLATEAU_J),
     derive=derive_subset_loss,

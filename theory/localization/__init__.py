@@ -28,7 +28,15 @@ Every module here is imported by the registry on first use (see :mod:`theory.pap
 """
 
 from ..papers import Paper
+from ..symbols import Symbols
 
 #: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
 PAPER = Paper(authors=("Bao", "Hataya", "Karakida"), year=2024,
               title="Self-attention Networks Localize When QK-eigenspectrum Concentrates", venue="ICML 2024")
+
+#: The symbols of this paper: Sigma and the query/key matrices are D x D, mu and a_vec columns;
+#: T, d, i are counts and positions; xi and tr(W) may be negative.
+SYMBOLS = Symbols(matrices=("Sigma", "W_Q", "W_K", "W_QK"), vectors=("mu", "a_vec"),
+                  integers=("T", "d", "i"), reals=("xi", "trW"))
+#: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).
+sym = SYMBOLS

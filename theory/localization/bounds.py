@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from ..params import positive
 from ..registry import ClosedForm, register
-from ..symbols import sym
+from . import sym
 from .eigen import D_DIM
-from .random_walk import PAPER, TRW, TRW2
+from .random_walk import TRW, TRW2
 
-SIG_MAX = positive("sigma_max", "Largest eigenvalue ||Sigma||_2 of the token covariance.")
-SIG_MIN = positive("sigma_min", "Smallest eigenvalue of the token covariance (1/||Sigma^-1||_2).")
+SIG_MAX = positive("sigma_max", "Largest eigenvalue ||Sigma||_2 of the token covariance.", example=1.7)
+SIG_MIN = positive("sigma_min", "Smallest eigenvalue of the token covariance (1/||Sigma^-1||_2).",
+                   example=0.4)
 
 
 def _sharp_constant(norm_of_identity):
@@ -76,7 +77,7 @@ def derive_frobenius_upper():
 register(ClosedForm(
     id="localization.bounds.spectral_lower",
     title="Lower bound |tr W| / (d ||Sigma||_2) of ||W_QK||_2",
-    source=f"{PAPER}, eq. 7 (first inequality, corrected)",
+    source="eq. 7 (first inequality, corrected)",
     status="exact",
     params=(TRW, D_DIM, SIG_MAX),
     derive=derive_spectral_lower,
@@ -92,7 +93,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.bounds.frobenius_lower",
     title="Lower bound |tr W| / (sqrt(d) ||Sigma||_2) of ||W_QK||_F (and of the entrywise l1 norm)",
-    source=f"{PAPER}, eq. 7 (valid version)",
+    source="eq. 7 (valid version)",
     status="exact",
     params=(TRW, D_DIM, SIG_MAX),
     derive=derive_frobenius_lower,
@@ -104,7 +105,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.bounds.frobenius_upper",
     title="Upper bound ||Sigma^-1||_2 sqrt(tr W^2) of ||W_QK||_F (symmetric W_QK)",
-    source=f"{PAPER}, eq. 10 (valid chain)",
+    source="eq. 10 (valid chain)",
     status="exact",
     params=(TRW2, SIG_MIN),
     derive=derive_frobenius_upper,

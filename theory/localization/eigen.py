@@ -31,10 +31,10 @@ import numpy as np
 
 from ..params import covariance, index, matrix
 from ..registry import ClosedForm, register
-from ..symbols import sym
-from .random_walk import PAPER, TEMP, TRW, TRW2
+from . import sym
+from .random_walk import TEMP, TRW, TRW2
 
-D_DIM = index("d", "Dimension of the tokens (number of eigenvalues of W).", low=1)
+D_DIM = index("d", "Dimension of the tokens (number of eigenvalues of W).", low=1, sample=(1, 9), example=3)
 W_QK = matrix("W_QK", "The joint query-key matrix W_QK.")
 SIGMA = covariance("Sigma", "Token covariance Sigma (Assumption 1).")
 
@@ -126,7 +126,7 @@ def printed_scale():
 register(ClosedForm(
     id="localization.eigen.variance",
     title="Eigenspectrum variance d^2 V[w_i] of W = W_QK Sigma",
-    source=f"{PAPER}, eq. 8",
+    source="eq. 8",
     status="exact",
     params=(D_DIM, TRW, TRW2),
     derive=derive_variance,
@@ -140,7 +140,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.eigen.trace_bound",
     title="Largest |tr W| at fixed tr W^2: sqrt(d tr W^2)",
-    source=f"{PAPER}, eq. 5",
+    source="eq. 5",
     status="exact",
     params=(D_DIM, TRW2),
     derive=derive_trace_bound,
@@ -152,7 +152,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.eigen.xi",
     title="Control parameter xi = tr W / sqrt(tr W^2) of rho(theta)",
-    source=f"{PAPER}, Sec. 4 (below eq. 6)",
+    source="Sec. 4 (below eq. 6)",
     status="exact",
     params=(TRW, TRW2),
     derive=derive_xi,
@@ -163,7 +163,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.eigen.eta",
     title="Control parameter eta = sqrt(tr W^2) / lambda of rho(theta)",
-    source=f"{PAPER}, Sec. 4 (below eq. 6)",
+    source="Sec. 4 (below eq. 6)",
     status="exact",
     params=(TRW2, TEMP),
     derive=derive_eta,
@@ -175,7 +175,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.eigen.scale",
     title="Eigenspectrum scale tr(W^2) = sum_i w_i^2 of W = W_QK Sigma (M = W_QK)",
-    source=f"{PAPER}, eqs. 4-6 and 10",
+    source="eqs. 4-6 and 10",
     status="exact",
     params=(SIGMA, W_QK),
     derive=derive_scale,

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from ..params import index, positive
 from ..registry import ClosedForm, register
-from ..symbols import sym
-from .random_walk import PAPER
+from . import sym
 
 T_LEN = index("T", "Sequence length (number of keys).", low=2)
 NU = positive("nu", "||X X^T||_2 ||W_QK||_2, the spectral scale of the logits (eq. 9).")
@@ -65,7 +64,7 @@ def printed_zhai_bound():
 register(ClosedForm(
     id="localization.entropy.zhai_theorem",
     title="Zhai et al.'s attention-entropy lower bound at finite T",
-    source="Zhai et al. 2023, Thm 3.1 (cited as eq. 9 by Bao et al. 2024)",
+    source="eq. 9 (Zhai et al. 2023, Theorem 3.1)",
     status="exact",
     params=(T_LEN, NU),
     derive=zhai_theorem,
@@ -76,7 +75,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.entropy.zhai_bound",
     title="Large-T attention-entropy lower bound ln(1 + T e^-nu) + nu e^-nu / (1/T + e^-nu)",
-    source=f"{PAPER}, eq. 9",
+    source="eq. 9",
     status="asymptotic",
     params=(T_LEN, NU),
     derive=derive_zhai_bound,

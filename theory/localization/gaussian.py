@@ -50,19 +50,18 @@ from itertools import product
 
 from ..params import covariance, matrix, vector
 from ..registry import ClosedForm, register
-from . import PAPER
 
 SIGMA = covariance("Sigma", "Covariance of the Gaussian vector x ~ N(mu, Sigma).")
 W_SYM = matrix("W_QK", "The matrix W of Lemma 3 (symmetric; the records use (W_QK + W_QK^T)/2).")
 MU = vector("mu", "Mean of the Gaussian vector x ~ N(mu, Sigma).")
 A_VEC = vector("a_vec", "The fixed vector a of eq. 13.")
 
-__all__ = ["PAPER", "SIGMA", "W_SYM", "MU", "A_VEC", "gaussian_moment", "derive_quadratic_mean",
+__all__ = ["SIGMA", "W_SYM", "MU", "A_VEC", "gaussian_moment", "derive_quadratic_mean",
            "derive_second_moment", "derive_cubic_moment", "derive_quartic_moment"]
 
 
 def _sym(name):
-    from ..symbols import sym
+    from . import sym
 
     return sym(name)
 
@@ -222,7 +221,7 @@ _HYP = ("x ~ N(mu, Sigma); W symmetric (evaluated at W = (W_QK + W_QK^T)/2, whic
 register(ClosedForm(
     id="localization.gaussian.quadratic_mean",
     title="E[x^T W x] for x ~ N(mu, Sigma) (Lemma 3, eq. 11)",
-    source=f"{PAPER}, Lemma 3, eq. 11",
+    source="Lemma 3, eq. 11",
     status="exact",
     params=(SIGMA, W_SYM, MU),
     derive=derive_quadratic_mean,
@@ -233,7 +232,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.gaussian.second_moment",
     title="E[x x^T] for x ~ N(mu, Sigma) (Lemma 3, eq. 12)",
-    source=f"{PAPER}, Lemma 3, eq. 12",
+    source="Lemma 3, eq. 12",
     status="exact",
     params=(SIGMA, MU),
     derive=derive_second_moment,
@@ -245,7 +244,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.gaussian.cubic_moment",
     title="E[a^T W x x^T W x] for x ~ N(mu, Sigma) and fixed a (Lemma 3, eq. 13)",
-    source=f"{PAPER}, Lemma 3, eq. 13",
+    source="Lemma 3, eq. 13",
     status="exact",
     params=(SIGMA, W_SYM, MU, A_VEC),
     derive=derive_cubic_moment,
@@ -257,7 +256,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.gaussian.quartic_moment",
     title="E[(x^T W x)^2] for x ~ N(mu, Sigma) (Lemma 3, eq. 14)",
-    source=f"{PAPER}, Lemma 3, eq. 14",
+    source="Lemma 3, eq. 14",
     status="exact",
     params=(SIGMA, W_SYM, MU),
     derive=derive_quartic_moment,

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from ..params import matrix, positive
 from ..registry import ClosedForm, register
-from ..symbols import sym
-from .random_walk import PAPER
+from . import sym
 
 W_Q = matrix("W_Q", "The query matrix (W_QK = W_Q^T W_K).")
 W_K = matrix("W_K", "The key matrix (W_QK = W_Q^T W_K).")
@@ -72,7 +71,7 @@ def printed_locater_gradient(wrt: str):
 register(ClosedForm(
     id="localization.locater.regulariser",
     title="LOCATER regulariser kappa1 ||W_QK||_F^2 + kappa2 (tr W_QK - 1)^2 (A = W_Q, M = W_K)",
-    source=f"{PAPER}, Sec. 6",
+    source="Sec. 6",
     status="exact",
     params=(W_Q, W_K, KAPPA1, KAPPA2),
     derive=derive_regulariser,
@@ -84,7 +83,7 @@ for _wrt, _other, _mat in (("query", "W_K", "W_Q"), ("key", "W_Q", "W_K")):
     register(ClosedForm(
         id=f"localization.locater.grad_{_wrt}",
         title=f"Gradient of the LOCATER regulariser w.r.t. W_{_wrt[0].upper()}",
-        source=f"{PAPER}, Sec. 6",
+        source="Sec. 6",
         status="exact",
         params=(W_Q, W_K, KAPPA1, KAPPA2),
         derive=lambda _w=_wrt: derive_locater_gradient(_w),

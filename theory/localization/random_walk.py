@@ -33,15 +33,14 @@ from functools import cache
 
 from ..params import index, positive, real
 from ..registry import ClosedForm, register
-from ..symbols import sym
-from . import PAPER
+from . import sym
 
-I_KEY = index("i", "Key position (1-based); the query is the last token T.")
-K_KEY = index("k", "Second token position, k >= i (Lemma 4, eq. 22).")
-T_LEN = index("T", "Sequence length (number of tokens).")
-TRW = real("trW", "Eigenspectrum mean tr(W) = tr(W_QK Sigma).")
-TRW2 = positive("trW2", "Eigenspectrum scale tr(W^2) = tr(W_QK Sigma W_QK Sigma).")
-TEMP = positive("temperature", "Softmax temperature lambda (commonly sqrt(d)).")
+I_KEY = index("i", "Key position (1-based); the query is the last token T.", example=3)
+K_KEY = index("k", "Second token position, k >= i (Lemma 4, eq. 22).", example=5)
+T_LEN = index("T", "Sequence length (number of tokens).", example=8)
+TRW = real("trW", "Eigenspectrum mean tr(W) = tr(W_QK Sigma).", example=0.7)
+TRW2 = positive("trW2", "Eigenspectrum scale tr(W^2) = tr(W_QK Sigma W_QK Sigma).", example=1.3)
+TEMP = positive("temperature", "Softmax temperature lambda (commonly sqrt(d)).", example=2.0)
 
 
 # -- domains ---------------------------------------------------------------------------
@@ -190,7 +189,7 @@ RANDOM_WALK = ("Assumption 1 (x_1 ~ N(0, Sigma), Cov(x_s, x_t) = min(s, t) Sigma
 register(ClosedForm(
     id="localization.random_walk.quadratic_mean",
     title="E[x_i^T W x_i] for a random walk (Lemma 4, eq. 15)",
-    source=f"{PAPER}, Lemma 4, eq. 15",
+    source="Lemma 4, eq. 15",
     status="exact",
     params=(I_KEY, TRW),
     derive=lambda: walk_moment("quadratic"),
@@ -203,7 +202,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.random_walk.quadratic_second_moment",
     title="E[(x_i^T W x_i)^2] for a random walk (Lemma 4, eq. 16)",
-    source=f"{PAPER}, Lemma 4, eq. 16",
+    source="Lemma 4, eq. 16",
     status="exact",
     params=(I_KEY, TRW, TRW2),
     derive=lambda: walk_moment("quadratic_sq"),
@@ -217,7 +216,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.random_walk.cross_moment",
     title="E[x_i^T W x_k x_k^T W x_i] for a random walk, i <= k (Lemma 4, eq. 17)",
-    source=f"{PAPER}, Lemma 4, eq. 17",
+    source="Lemma 4, eq. 17",
     status="exact",
     params=(I_KEY, K_KEY, TRW, TRW2),
     derive=lambda: walk_moment("cross"),
@@ -233,7 +232,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.random_walk.mixed_moment",
     title="E[x_i^T W x_k x_k^T W x_k] for a random walk, i <= k (Lemma 4, eq. 18)",
-    source=f"{PAPER}, Lemma 4, eq. 18",
+    source="Lemma 4, eq. 18",
     status="exact",
     params=(I_KEY, K_KEY, TRW, TRW2),
     derive=lambda: walk_moment("mixed"),
@@ -247,7 +246,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.random_walk.query_product",
     title="E[x_i^T W_QK x_T x_k^T W_QK x_T], i <= k <= T (eq. 22)",
-    source=f"{PAPER}, App. C, eq. 22",
+    source="App. C, eq. 22",
     status="exact",
     params=(I_KEY, K_KEY, T_LEN, TRW, TRW2),
     derive=lambda: walk_moment("s_product"),

@@ -32,13 +32,14 @@ from functools import cache
 
 from ..params import index, positive, real
 from ..registry import ClosedForm, register
-from .random_walk import I_KEY, PAPER, TEMP, TRW, TRW2, index_domain
+from .random_walk import I_KEY, TEMP, TRW, TRW2, index_domain
 from .u import derive_mean, derive_variance
 
 THETA = positive("theta", "Relative key position theta = i/T in (0, 1].")
 XI = real("xi", "Eigenspectrum control xi = tr(W)/sqrt(tr(W^2)), |xi| <= sqrt(d) (eq. 5).")
 ETA = positive("eta", "Eigenspectrum control eta = sqrt(tr(W^2))/lambda.")
-T_GAUSS = index("T", "Sequence length, T >= 2 (at T = 1, u_1 = 1 is deterministic: v = 0).", low=2)
+T_GAUSS = index("T", "Sequence length, T >= 2 (at T = 1, u_1 = 1 is deterministic: v = 0).", low=2,
+                example=8)
 R_LIM = positive("r", "Limit of |xi eta| = |tr(W)|/lambda along the sequence of Lemma 2.1/2.2.")
 
 __all__ = ["interval_probability", "stable_interval_probability", "derive_gaussian", "stable_gaussian",
@@ -47,7 +48,7 @@ __all__ = ["interval_probability", "stable_interval_probability", "derive_gaussi
 
 
 def _sym(name):
-    from ..symbols import sym
+    from . import sym
 
     return sym(name)
 
@@ -413,7 +414,7 @@ _D_C = ("D_c(theta) = 2 theta^2 - 2 theta + 7/12 = 2 (theta - 1/2)^2 + 1/12")
 register(ClosedForm(
     id="localization.rho.gaussian",
     title="rho_i by the Gaussian approximation with the exact finite-T moments of u_i",
-    source=f"{PAPER}, Definition 1, Sec. 4 (R2) with Lemma 1 (exact moments [derived])",
+    source="Definition 1, Sec. 4 (R2) with Lemma 1 (exact moments [derived])",
     status="approximate",
     params=(I_KEY, T_GAUSS, TRW, TRW2, TEMP),
     derive=derive_gaussian,
@@ -428,7 +429,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.rho.continuum",
     title="Continuum rho(theta) of eq. 6 with the corrected variance",
-    source=f"{PAPER}, eq. 6 (corrected)",
+    source="eq. 6 (corrected)",
     status="approximate",
     params=(THETA, XI, ETA),
     derive=derive_continuum,
@@ -449,7 +450,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.rho.continuum_printed",
     title="rho(theta) of eq. 6 exactly as printed (wrong variance factor)",
-    source=f"{PAPER}, eq. 6 (as printed)",
+    source="eq. 6 (as printed)",
     status="heuristic",
     params=(THETA, XI, ETA),
     derive=printed_continuum,
@@ -465,7 +466,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.rho.late_site_limit",
     title="Lemma 2.1: limit of rho(theta) as xi -> +oo, eta -> 0, xi eta -> r > 0",
-    source=f"{PAPER}, Lemma 2.1",
+    source="Lemma 2.1",
     status="asymptotic",
     params=(THETA, R_LIM),
     derive=derive_late_site_limit,
@@ -484,7 +485,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.rho.early_site_limit",
     title="Lemma 2.2: limit of rho(theta) as xi -> -oo, eta -> 0, xi eta -> -r < 0",
-    source=f"{PAPER}, Lemma 2.2",
+    source="Lemma 2.2",
     status="asymptotic",
     params=(THETA, R_LIM),
     derive=derive_early_site_limit,
@@ -501,7 +502,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.rho.derivative_at_zero_xi",
     title="d rho/d theta of eq. 6 (as printed) at xi = 0: Lemma 2.3's counterexample",
-    source=f"{PAPER}, Lemma 2.3",
+    source="Lemma 2.3",
     status="heuristic",
     params=(THETA, ETA),
     derive=derive_derivative_at_zero_xi,
@@ -520,7 +521,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.rho.derivative_at_zero_xi_corrected",
     title="d rho_c/d theta of the corrected continuum form at xi = 0",
-    source=f"{PAPER}, Lemma 2.3 (corrected eq. 6 [derived])",
+    source="Lemma 2.3 (corrected eq. 6 [derived])",
     status="approximate",
     params=(THETA, ETA),
     derive=derive_derivative_at_zero_xi_corrected,

@@ -19,8 +19,8 @@ from __future__ import annotations
 from functools import cache
 
 from ..registry import ClosedForm, register
-from ..symbols import sym
-from .random_walk import PAPER, T_LEN
+from . import sym
+from .random_walk import T_LEN
 
 
 @cache
@@ -43,7 +43,7 @@ def softmax_taylor():
 register(ClosedForm(
     id="localization.softmax.value_at_origin",
     title="gamma_0^i = S(0)_i, the softmax at the origin",
-    source=f"{PAPER}, Sec. 2 (R1)",
+    source="Sec. 2 (R1)",
     status="exact",
     params=(T_LEN,),
     derive=lambda: softmax_taylor()[0],
@@ -54,7 +54,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.softmax.jacobian_diagonal",
     title="gamma^i_i = dS_i/domega_i at the origin",
-    source=f"{PAPER}, Sec. 2 (R1: gamma^i = e^i/T - 1/T^2)",
+    source="Sec. 2 (R1: gamma^i = e^i/T - 1/T^2)",
     status="exact",
     params=(T_LEN,),
     derive=lambda: softmax_taylor()[1],
@@ -66,7 +66,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.softmax.jacobian_offdiagonal",
     title="gamma^i_alpha = dS_i/domega_alpha at the origin (alpha != i)",
-    source=f"{PAPER}, Sec. 2 (R1: gamma^i = e^i/T - 1/T^2)",
+    source="Sec. 2 (R1: gamma^i = e^i/T - 1/T^2)",
     status="exact",
     params=(T_LEN,),
     derive=lambda: softmax_taylor()[2],

@@ -28,8 +28,8 @@ from __future__ import annotations
 from functools import cache
 
 from ..registry import ClosedForm, register
-from ..symbols import sym
-from .random_walk import I_KEY, PAPER, RANDOM_WALK, T_LEN, TEMP, TRW, TRW2, index_domain, signal_covariance
+from . import sym
+from .random_walk import I_KEY, RANDOM_WALK, T_LEN, TEMP, TRW, TRW2, index_domain, signal_covariance
 
 __all__ = ["derive_mean", "derive_variance"]
 
@@ -103,7 +103,7 @@ def printed_variance():
 register(ClosedForm(
     id="localization.u.mean",
     title="mu^i = E[u_i], the exact finite-T mean of the linearised softmax coordinate",
-    source=f"{PAPER}, Lemma 1 (exact form [derived])",
+    source="Lemma 1 (exact form [derived])",
     status="exact",
     params=(I_KEY, T_LEN, TRW, TEMP),
     derive=derive_mean,
@@ -115,7 +115,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.u.mean_limit",
     title="Large-T mean (i/T - 1/2) tr(W)/lambda of Lemma 1",
-    source=f"{PAPER}, Lemma 1",
+    source="Lemma 1",
     status="asymptotic",
     params=(I_KEY, T_LEN, TRW, TEMP),
     derive=derive_mean_limit,
@@ -128,7 +128,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.u.variance",
     title="v^i = Var[u_i], the exact finite-T variance of the linearised softmax coordinate",
-    source=f"{PAPER}, Lemma 1 (exact form [derived]; printed variance is wrong)",
+    source="Lemma 1 (exact form [derived]; printed variance is wrong)",
     status="exact",
     params=(I_KEY, T_LEN, TRW2, TEMP),
     derive=derive_variance,
@@ -142,7 +142,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="localization.u.variance_limit",
     title="Large-T variance (2 theta^2 - 2 theta + 7/12) tr(W^2)/lambda^2 (Lemma 1, corrected)",
-    source=f"{PAPER}, Lemma 1",
+    source="Lemma 1",
     status="asymptotic",
     params=(I_KEY, T_LEN, TRW2, TEMP),
     derive=derive_variance_limit,

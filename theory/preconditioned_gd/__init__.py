@@ -21,8 +21,16 @@ Every module here is imported by the registry on first use (see :mod:`theory.pap
 """
 
 from ..papers import Paper
+from ..symbols import Symbols
 
 #: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
 PAPER = Paper(authors=("Ahn", "Cheng", "Daneshmand", "Sra"), year=2023,
               title="Transformers learn to implement preconditioned gradient descent for in-context learning",
               venue="NeurIPS 2023")
+
+#: The symbols of this paper: Sigma (and Lambda, M, A, P of the merged-model correspondence) are
+#: D x D; L, R, d, n, s are counts; the step sizes a_l, b_l, c_l are real of either sign.
+SYMBOLS = Symbols(matrices=("Lambda", "Sigma", "M", "A", "P"), integers=("L", "R", "d", "n", "s"),
+                  nonnegative=("t",), reals=tuple(f"{x}_{l}" for x in "abc" for l in range(8)))
+#: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).
+sym = SYMBOLS

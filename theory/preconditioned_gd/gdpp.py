@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from ..params import steps
 from ..registry import ClosedForm, register
-from ..symbols import sym
-from .wishart import D_DIM, N_CTX, PAPER, normalized_moment
+from . import sym
+from .wishart import D_DIM, N_CTX, normalized_moment
 
 
 def gdpp_residual(a, b, s):
@@ -60,7 +60,7 @@ def _gdpp_values(values, dims, backend="numpy"):
 register(ClosedForm(
     id="preconditioned_gd.gdpp.loss",
     title="Loss of L <= 2 GD++ layers on the set A_l = a_l Sigma^{-1}, B_l = b_l I",
-    source=f"{PAPER}, Theorem 4, eq. 11 and App. B.3 [loss derived]",
+    source="Theorem 4, eq. 11 and App. B.3 [loss derived]",
     status="exact",
     params=(N_CTX, D_DIM,
             steps("a", "Steps a_0, ..., a_{L-1} of A_l = a_l Sigma^{-1} in the eq.-11 convention (Q_l = "

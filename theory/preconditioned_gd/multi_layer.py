@@ -44,7 +44,7 @@ from functools import cache
 
 from ..params import index, steps
 from ..registry import ClosedForm, register
-from .wishart import D_DIM, N_CTX, PAPER, moments, trace_moment
+from .wishart import D_DIM, N_CTX, moments, trace_moment
 
 __all__ = ["MAX_LAYERS", "moments", "kernel_coefficients", "spectral_loss", "derive_loss",
            "optimal_kernel", "derive_optimal_loss_of", "optimal_steps_of", "stable_optimal_steps_of",
@@ -54,13 +54,13 @@ __all__ = ["MAX_LAYERS", "moments", "kernel_coefficients", "spectral_loss", "der
 #: Largest number of layers with closed forms here (the loss needs m_1..m_{2L}).
 MAX_LAYERS = 3
 
-LAYERS = index("L", "Number of layers.", low=1, high=MAX_LAYERS)
+LAYERS = index("L", "Number of layers.", low=1, high=MAX_LAYERS, sample=(1, 9))
 STEPS = steps("a", "Step sizes a_0, ..., a_{L-1} of the layers (A_l = a_l Sigma^{-1}, eq.-8 convention "
                    "including the 1/n); one entry per layer.", high=MAX_LAYERS)
 
 
 def _sym(name):
-    from ..symbols import sym
+    from . import sym
 
     return sym(name)
 
@@ -338,7 +338,7 @@ def derive_optimal_loss():
 register(ClosedForm(
     id="preconditioned_gd.multi_layer.loss",
     title="Loss of L <= 3 sparse layers on the set A_l = a_l Sigma^{-1}",
-    source=f"{PAPER}, Theorem 3, eq. 8 and App. B.2 [loss derived]",
+    source="Theorem 3, eq. 8 and App. B.2 [loss derived]",
     status="exact",
     params=(N_CTX, D_DIM, STEPS),
     derive=derive_loss,
@@ -356,7 +356,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.multi_layer.optimal_steps",
     title="Optimal step sizes on S (ascending), L = 1..3",
-    source=f"{PAPER}, Theorem 3 [values derived: kernel polynomial]",
+    source="Theorem 3 [values derived: kernel polynomial]",
     status="exact",
     params=(N_CTX, D_DIM, LAYERS),
     derive=derive_optimal_steps,
@@ -372,7 +372,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.multi_layer.optimal_loss",
     title="Optimal loss on S, f*_L = d - g^T H^{-1} g, L = 1..3",
-    source=f"{PAPER}, Theorem 3 [value derived]",
+    source="Theorem 3 [value derived]",
     status="exact",
     params=(N_CTX, D_DIM, LAYERS),
     derive=derive_optimal_loss,
@@ -383,7 +383,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.multi_layer.gradient_scales",
     title="Gradient on S: grad_{A_l} f = g_l Sigma, the scalars g_0..g_{L-1}",
-    source=f"{PAPER}, Theorem 3 and App. B.2 [g_l derived]",
+    source="Theorem 3 and App. B.2 [g_l derived]",
     status="exact",
     params=(N_CTX, D_DIM, STEPS),
     derive=derive_gradient_scales,

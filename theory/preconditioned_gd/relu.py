@@ -49,10 +49,9 @@ from types import SimpleNamespace
 
 from ..params import index, matrix
 from ..registry import ClosedForm, register
-from . import PAPER
 
 N_CTX = index("n", "Context length (labelled examples; the query excluded).", low=1)
-D_DIM = index("d", "Covariate dimension (x, w* ~ N(0, I_d)).", low=1)
+D_DIM = index("d", "Covariate dimension (x, w* ~ N(0, I_d)).", low=1, sample=(1, 9))
 A_BLOCK = matrix("A", "Top-left d x d block of Q = [[A, 0], [0, 0]] (P = E_{d+1,d+1}).")
 
 
@@ -61,7 +60,8 @@ def variables() -> SimpleNamespace:
     import sympy as sp
 
     from ..gaussian import Gaussian
-    from ..symbols import dim, sym
+    from ..symbols import dim
+    from . import sym
 
     D = dim()
     I = sp.Identity(D)
@@ -159,13 +159,13 @@ def stationarity_residual():
 
 
 def derive_optimal_scale():
-    from ..symbols import sym
+    from . import sym
 
     return _scalar_optimum()[0].xreplace({variables().D: sym("d")})
 
 
 def derive_optimal_loss():
-    from ..symbols import sym
+    from . import sym
 
     return _scalar_optimum()[1].xreplace({variables().D: sym("d")})
 
@@ -174,7 +174,7 @@ def printed_optimal_scale():
     """Theorem 5: -1 / ((1/2)(n-1)/n + (d+2)/n)."""
     import sympy as sp
 
-    from ..symbols import sym
+    from . import sym
 
     n, d = sym("n"), sym("d")
     return -1 / (sp.Rational(1, 2) * (n - 1) / n + (d + 2) / n)
@@ -183,7 +183,7 @@ def printed_optimal_scale():
 register(ClosedForm(
     id="preconditioned_gd.relu.loss",
     title="In-context loss f(A) of one ReLU-attention layer, P = E_{d+1,d+1}, Q = [[A, 0], [0, 0]]",
-    source=f"{PAPER}, Theorem 5, App. A.4 (exact loss [derived]; cf. eq. 24)",
+    source="Theorem 5, App. A.4 (exact loss [derived]; cf. eq. 24)",
     status="exact",
     params=(N_CTX, A_BLOCK),
     derive=derive_loss,
@@ -198,7 +198,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.relu.optimal_scale",
     title="a* of the ReLU-attention global minimiser A* = a* I",
-    source=f"{PAPER}, Theorem 5",
+    source="Theorem 5",
     status="exact",
     params=(N_CTX, D_DIM),
     derive=derive_optimal_scale,
@@ -212,7 +212,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.relu.optimal_loss",
     title="f*, the ReLU-attention single-layer loss at the global minimum",
-    source=f"{PAPER}, Theorem 5 (value not stated in the paper [derived])",
+    source="Theorem 5 (value not stated in the paper [derived])",
     status="exact",
     params=(N_CTX, D_DIM),
     derive=derive_optimal_loss,

@@ -49,11 +49,10 @@ from types import SimpleNamespace
 
 from ..params import covariance, index, matrix
 from ..registry import ClosedForm, register
-from . import PAPER
 
 SIGMA = covariance("Sigma", "Covariance of the covariates x ~ N(0, Sigma).")
 N_CTX = index("n", "Context length (labelled examples; the query excluded).", low=1)
-D_DIM = index("d", "Covariate dimension (isotropic case Sigma = I_d).", low=1)
+D_DIM = index("d", "Covariate dimension (isotropic case Sigma = I_d).", low=1, sample=(1, 9))
 A_PRE = matrix("A", "Preconditioner: Q_0 = -[[A, 0], [0, 0]], P_0 = E_{d+1,d+1}.")
 
 
@@ -64,7 +63,8 @@ def variables(task: str = "identity") -> SimpleNamespace:
     import sympy as sp
 
     from ..gaussian import Gaussian, SampleCovariance
-    from ..symbols import dim, sym
+    from ..symbols import dim
+    from . import sym
 
     D, Sig, n = dim(), sym("Sigma"), sym("n")
     x = Gaussian("x", Sig)
@@ -173,7 +173,7 @@ def derive_optimal_loss():
 def derive_optimal_preconditioner_isotropic():
     """Eigenvalue function of the optimum at Sigma = I_d: lambda = 1, tr Sigma = d."""
     from ..matrices import trace_symbol
-    from ..symbols import sym
+    from . import sym
 
     v = variables()
     return optimal_eigenvalue().xreplace({_lam(): 1, trace_symbol(1): v.D}).xreplace({v.D: sym("d")})
@@ -185,7 +185,7 @@ def derive_optimal_loss_inverse_task():
     lambda, so f* = d * summand."""
     import sympy as sp
 
-    from ..symbols import sym
+    from . import sym
 
     v = variables("inverse")
     s = optimal_loss_summand("inverse")
@@ -206,7 +206,7 @@ def printed_optimal_preconditioner():
 
 def printed_optimal_preconditioner_isotropic():
     """Eq. 7: 1 / ((n-1)/n + (d+2)/n)."""
-    from ..symbols import sym
+    from . import sym
 
     n, d = sym("n"), sym("d")
     return 1 / ((n - 1) / n + (d + 2) / n)
@@ -222,7 +222,7 @@ def spec_optimal_preconditioner_inverse_task():
 
 def spec_optimal_loss_inverse_task():
     """Spec §2.3 (not printed in the paper): d(d+1)/(n+d+1)."""
-    from ..symbols import sym
+    from . import sym
 
     n, d = sym("n"), sym("d")
     return d * (d + 1) / (n + d + 1)
@@ -231,7 +231,7 @@ def spec_optimal_loss_inverse_task():
 # -- one theory, two papers (Zhang et al. 2025's merged minimum) ------------------------------
 def to_merged_symbols(expr):
     """Rename Sigma -> Lambda, n -> N: the Zhang et al. names of the same objects."""
-    from ..symbols import sym
+    from . import sym
 
     return expr.xreplace({sym("Sigma"): sym("Lambda"), sym("n"): sym("N")})
 
@@ -248,15 +248,16 @@ def one_theory_identities() -> dict:
     merged_L = registry.get("linear_attention.merged.global_min_loss").expr
     loss_M = registry.get("linear_attention.merged.loss").expr
     mine_loss = to_merged_symbols(derive_loss())
-    from ..symbols import sym
+    from . import sym
 
+    Lam = sym("Lambda")
     return {
-        "optimal_preconditioner": equal(to_merged_symbols(derive_optimal_preconditioner()), merged_M),
-        "optimal_loss": equal(to_merged_symbols(derive_optimal_loss()), merged_L),
+        "optimal_preconditioner": equal(to_merged_symbols(derive_optimal_preconditioner()), merged_M, covariance=Lam),
+        "optimal_loss": equal(to_merged_symbols(derive_optimal_loss()), merged_L, covariance=Lam),
         # the two loss functions agree with M = A: yhat = h^T A x_q = beta^T M x_q
-        "loss": equal(mine_loss.xreplace({sym("A"): sym("M")}), loss_M),
+        "loss": equal(mine_loss.xreplace({sym("A"): sym("M")}), loss_M, covariance=Lam),
         "control_inverse_task_optimum": equal(
-            to_merged_symbols(derive_optimal_preconditioner("inverse")), merged_M),
+            to_merged_symbols(derive_optimal_preconditioner("inverse")), merged_M, covariance=Lam),
     }
 
 
@@ -264,7 +265,7 @@ def one_theory_identities() -> dict:
 register(ClosedForm(
     id="preconditioned_gd.single_layer.loss",
     title="In-context loss f(A) of one layer with P_0 = E_{d+1,d+1}, Q_0 = -[[A, 0], [0, 0]]",
-    source=f"{PAPER}, eq. 15 and App. A.1 (closed form [derived])",
+    source="eq. 15 and App. A.1 (closed form [derived])",
     status="exact",
     params=(SIGMA, N_CTX, A_PRE),
     derive=derive_loss,
@@ -278,7 +279,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.single_layer.optimal_preconditioner",
     title="Gamma*, the d x d block A of -Q_0 at the single-layer global minimum",
-    source=f"{PAPER}, Theorem 1, eq. 6",
+    source="Theorem 1, eq. 6",
     status="exact",
     params=(SIGMA, N_CTX),
     derive=derive_optimal_preconditioner,
@@ -294,7 +295,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.single_layer.optimal_preconditioner_isotropic",
     title="The scalar of Gamma* = gamma I for Sigma = I_d",
-    source=f"{PAPER}, eq. 7",
+    source="eq. 7",
     status="exact",
     params=(D_DIM, N_CTX),
     derive=derive_optimal_preconditioner_isotropic,
@@ -306,7 +307,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.single_layer.optimal_loss",
     title="f*, the single-layer in-context loss at the global minimum",
-    source=f"{PAPER}, Theorem 1 (value not stated in the paper [derived])",
+    source="Theorem 1 (value not stated in the paper [derived])",
     status="exact",
     params=(SIGMA, N_CTX),
     derive=derive_optimal_loss,
@@ -318,7 +319,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.single_layer.optimal_preconditioner_inverse_task",
     title="Single-layer optimum when w* ~ N(0, Sigma^{-1}) (the model of Theorems 3-4)",
-    source=f"{PAPER}, §4.2 (the L = 1 case of Theorem 3 [derived])",
+    source="§4.2 (the L = 1 case of Theorem 3 [derived])",
     status="exact",
     params=(SIGMA, N_CTX),
     derive=lambda: derive_optimal_preconditioner("inverse"),
@@ -330,7 +331,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.single_layer.optimal_loss_inverse_task",
     title="Single-layer optimal loss when w* ~ N(0, Sigma^{-1})",
-    source=f"{PAPER}, §4.2 (the L = 1 case of Theorem 3 [derived])",
+    source="§4.2 (the L = 1 case of Theorem 3 [derived])",
     status="exact",
     params=(D_DIM, N_CTX),
     derive=derive_optimal_loss_inverse_task,

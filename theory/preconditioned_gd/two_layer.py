@@ -14,9 +14,9 @@ Contains
 from __future__ import annotations
 
 from ..registry import ClosedForm, register
-from ..symbols import sym
+from . import sym
 from .multi_layer import derive_optimal_loss_of, optimal_kernel
-from .wishart import D_DIM, N_CTX, PAPER
+from .wishart import D_DIM, N_CTX
 
 
 def _delta(n, d):
@@ -46,7 +46,7 @@ _T2 = ("x, w* ~ N(0, I_d), two sparse layers with symmetric A_0, A_1 (Theorem 2 
 register(ClosedForm(
     id="preconditioned_gd.two_layer.step_sum",
     title="a_0 + a_1 = -c_1 at the two-layer optimum (Sigma = I)",
-    source=f"{PAPER}, Theorem 2 [steps derived]",
+    source="Theorem 2 [steps derived]",
     status="exact",
     params=(N_CTX, D_DIM),
     derive=lambda: -optimal_kernel(2)[0],
@@ -57,7 +57,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.two_layer.step_product",
     title="a_0 a_1 = c_2 at the two-layer optimum (Sigma = I)",
-    source=f"{PAPER}, Theorem 2 [steps derived]",
+    source="Theorem 2 [steps derived]",
     status="exact",
     params=(N_CTX, D_DIM),
     derive=lambda: optimal_kernel(2)[1],
@@ -68,7 +68,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="preconditioned_gd.two_layer.optimal_loss",
     title="f*_2, the two-layer optimal loss (Sigma = I)",
-    source=f"{PAPER}, Theorem 2 [value derived]",
+    source="Theorem 2 [value derived]",
     status="exact",
     params=(N_CTX, D_DIM),
     derive=lambda: derive_optimal_loss_of(2),

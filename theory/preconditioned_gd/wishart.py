@@ -46,15 +46,14 @@ import sympy as sp
 
 from ..params import index
 from ..registry import ClosedForm, register
-from . import PAPER
 
-__all__ = ["matching_counts", "trace_moment", "normalized_moment", "moments", "N_CTX", "D_DIM", "PAPER"]
+__all__ = ["matching_counts", "trace_moment", "normalized_moment", "moments", "N_CTX", "D_DIM"]
 
 #: Moments m_1..m_K of the record (the loss of L <= 3 layers needs m_1..m_6).
 RECORD_MOMENTS = 6
 
 N_CTX = index("n", "Context length (examples before the query).")
-D_DIM = index("d", "Covariate dimension.")
+D_DIM = index("d", "Covariate dimension.", sample=(1, 9))
 
 
 def _find(parent: list[int], i: int) -> int:
@@ -130,7 +129,7 @@ def normalized_moment(k: int, n: sp.Expr, d: sp.Expr) -> sp.Expr:
 @cache
 def moments(K: int = RECORD_MOMENTS) -> tuple:
     """``(m_0, ..., m_K)`` with ``m_0 = d`` and ``m_k = E tr S_u^k``."""
-    from ..symbols import sym
+    from . import sym
 
     n, d = sym("n"), sym("d")
     return tuple(normalized_moment(k, n, d) for k in range(K + 1))
@@ -143,7 +142,7 @@ def derive_trace_moments():
 register(ClosedForm(
     id="preconditioned_gd.wishart.trace_moments",
     title="Wishart trace moments m_k = E tr S_u^k, k = 1..6",
-    source=f"{PAPER}, App. B.2 (moments entering the loss on S) [derived]",
+    source="App. B.2 (moments entering the loss on S) [derived]",
     status="exact",
     params=(N_CTX, D_DIM),
     derive=derive_trace_moments,

@@ -17,8 +17,15 @@ Every module here is imported by the registry on first use (see :mod:`theory.pap
 """
 
 from ..papers import Paper
+from ..symbols import Symbols
 
 #: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
 PAPER = Paper(authors=("Tian", "Wang", "Chen", "Du"), year=2023,
               title="Scan and Snap: Understanding Training Dynamics and Token Composition in 1-layer Transformer",
               venue="NeurIPS 2023")
+
+#: The symbols of this paper: M is the vocabulary size (an integer, not a matrix), K and s are
+#: counts (s from 0), time t, h and dz are nonnegative; every other name is a positive real.
+SYMBOLS = Symbols(integers=("M", "K"), naturals=("s",), nonnegative=("t", "h", "dz"))
+#: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).
+sym = SYMBOLS

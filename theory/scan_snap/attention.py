@@ -39,11 +39,11 @@ import numpy as np
 
 from ..params import index, nonnegative, positive
 from ..registry import ClosedForm, register
-from . import PAPER
 from .decoder import ETA_Y, M_VOCAB, backend_ops
 from .h import ETA_Z
 
-T_STEPS = nonnegative("t", "Total number of batch-1 SGD steps (each of the K classes has had about t/K).")
+T_STEPS = nonnegative("t", "Total number of batch-1 SGD steps (each of the K classes has had about t/K).",
+                      sample=(0, 20))
 K_CLASSES = index("K", "Number of next tokens (sequence classes), sampled uniformly.")
 C0 = positive("C0", "Constant C0 of Theorem 4 (rho_0^4 / K in the paper's heuristic, eq. 13).")
 R0 = positive("r0", "Initial relative gain r_{l/l'|n}(0) > 0 of a distinct token l over l' (Theorem 3).")
@@ -54,11 +54,11 @@ F_NPL = positive("f_npl", "Entry f_n'l of class n' on the same common token l (<
 BN_PARAMS = (T_STEPS, M_VOCAB, K_CLASSES, ETA_Y, ETA_Z, C0)
 
 __all__ = ["derive_common_logit", "derive_growth", "derive_gamma_integral", "printed_growth",
-           "separable_solution", "PAPER"]
+           "separable_solution"]
 
 
 def _sym(name):
-    from ..symbols import sym
+    from . import sym
 
     return sym(name)
 
@@ -89,7 +89,7 @@ def derive_gamma_integral():
     """Gamma = eta_Z int_0^t gamma(t') dt' by the substitution t' -> h(t'/K) (eqs. 125-128)."""
     import sympy as sp
 
-    M, K, eY, eZ, h = _sym("M_vocab"), _sym("K"), _sym("eta_Y"), _sym("eta_Z"), _sym("h")
+    M, K, eY, eZ, h = _sym("M"), _sym("K"), _sym("eta_Y"), _sym("eta_Z"), _sym("h")
     u = sp.Symbol("u", nonnegative=True)
     gamma = (M - 1) ** 2 * u / ((M - 1) + sp.exp(M * u))  # gamma(t) at h(t/K) = u (R3)
     dt_du = K * ((M - 1) + sp.exp(M * u)) / eY  # from dh(t/K)/dt = eta_Y / (K ((M-1) + e^{M h}))  (eq. 44)
@@ -117,7 +117,7 @@ def printed_growth():
     """Eq. 124/129 as printed: 1/4 ln(C0 + 2 (eta_Z/eta_Y) K (M-1)^2 h^2)."""
     import sympy as sp
 
-    M, K, eY, eZ, h, C = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "eta_Z", "h", "C0"))
+    M, K, eY, eZ, h, C = (_sym(n) for n in ("M", "K", "eta_Y", "eta_Z", "h", "C0"))
     return sp.log(C + 2 * eZ / eY * K * (M - 1) ** 2 * h**2) / 4
 
 
@@ -125,7 +125,7 @@ def printed_common_logit():
     """Eq. 122: exp(-4 z) = 4 C0^{-1} Gamma + 1, Gamma from eq. 128."""
     import sympy as sp
 
-    M, K, eY, eZ, h, C = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "eta_Z", "h", "C0"))
+    M, K, eY, eZ, h, C = (_sym(n) for n in ("M", "K", "eta_Y", "eta_Z", "h", "C0"))
     return -sp.log(4 / C * (eZ / eY) * K * (M - 1) ** 2 * h**2 / 2 + 1) / 4
 
 
@@ -135,7 +135,7 @@ def _h_linear():
     """h(t/K) ~ t/K * dh/dt|_{h=0} with dh/dt = eta_Y/((M-1) + e^{M h}) (eq. 44)."""
     import sympy as sp
 
-    M, K, eY, t, h = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "t", "h"))
+    M, K, eY, t, h = (_sym(n) for n in ("M", "K", "eta_Y", "t", "h"))
     slope = (eY / ((M - 1) + sp.exp(M * h))).subs(h, 0)
     return sp.simplify(slope * t / K)
 
@@ -145,7 +145,7 @@ def _h_log():
     """h(t/K) from the dominant balance e^{M h} = M eta_Y (t/K) of eq. 45 at large t."""
     import sympy as sp
 
-    M, K, eY, t, h = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "t", "h"))
+    M, K, eY, t, h = (_sym(n) for n in ("M", "K", "eta_Y", "t", "h"))
     (sol,) = sp.solve(sp.Eq(sp.exp(M * h), M * eY * t / K), h)
     return sol
 
@@ -174,7 +174,7 @@ def printed_growth_scanning():
     """Eq. 14, t < t_0': 1/4 ln(C0 + 2 (M-1)^2/(K M^2) eta_Y eta_Z t^2)."""
     import sympy as sp
 
-    M, K, eY, eZ, t, C = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "eta_Z", "t", "C0"))
+    M, K, eY, eZ, t, C = (_sym(n) for n in ("M", "K", "eta_Y", "eta_Z", "t", "C0"))
     return sp.log(C + 2 * (M - 1) ** 2 / (K * M**2) * eY * eZ * t**2) / 4
 
 
@@ -182,7 +182,7 @@ def printed_growth_snapping():
     """Eq. 14, t >= t_0: 1/4 ln(C0 + 2 K (M-1)^2/M^2 (eta_Z/eta_Y) ln^2(M eta_Y t/K))."""
     import sympy as sp
 
-    M, K, eY, eZ, t, C = (_sym(n) for n in ("M_vocab", "K", "eta_Y", "eta_Z", "t", "C0"))
+    M, K, eY, eZ, t, C = (_sym(n) for n in ("M", "K", "eta_Y", "eta_Z", "t", "C0"))
     return sp.log(C + 2 * K * (M - 1) ** 2 / M**2 * eZ / eY * sp.log(M * eY * t / K) ** 2) / 4
 
 
@@ -294,7 +294,7 @@ _ERR_124 = ("Eq. 124 drops the lower limit of the definite integral int_0^t dGam
 register(ClosedForm(
     id="scan_snap.attention.growth",
     title="B_n(t) of Theorem 4: the corrected definite integral 1/4 ln(1 + 4 Gamma/C0)",
-    source=f"{PAPER}, Theorem 4, eqs. 118-129 (integration constant corrected)",
+    source="Theorem 4, eqs. 118-129 (integration constant corrected)",
     status="exact",
     params=BN_PARAMS,
     derive=derive_growth,
@@ -313,7 +313,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.attention.growth_printed",
     title="B_n(t) as printed in eqs. 124/129: 1/4 ln(C0 + 4 Gamma) (integration-constant erratum)",
-    source=f"{PAPER}, Theorem 4, eqs. 124, 129 (as printed)",
+    source="Theorem 4, eqs. 124, 129 (as printed)",
     status="heuristic",
     params=BN_PARAMS,
     derive=printed_growth,
@@ -328,7 +328,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.attention.growth_literal",
     title="B_n(t) under the literal class sum of eq. 10: 1/(4K) ln(1 + 4 K Gamma/C0)",
-    source=f"{PAPER}, eq. 10 summed over the K classes, with Theorem 4's xi_n (the literal reading)",
+    source="eq. 10 summed over the K classes, with Theorem 4's xi_n (the literal reading)",
     status="exact",
     params=BN_PARAMS,
     derive=lambda: derive_growth(True),
@@ -345,7 +345,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.attention.common_logit",
     title="Common-token logit z_ml(t) = -1/4 ln(1 + 4 Gamma/C0) (Theorem 4, eq. 122)",
-    source=f"{PAPER}, Theorem 4, eq. 122",
+    source="Theorem 4, eq. 122",
     status="exact",
     params=BN_PARAMS,
     derive=derive_common_logit,
@@ -360,7 +360,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.attention.common_logit_literal",
     title="Common-token logit under the literal class sum: -1/4 ln(1 + 4 K Gamma/C0)",
-    source=f"{PAPER}, eq. 10 summed over the K classes (the literal reading)",
+    source="eq. 10 summed over the K classes (the literal reading)",
     status="exact",
     params=BN_PARAMS,
     derive=lambda: derive_common_logit(True),
@@ -377,7 +377,7 @@ _ERR_14 = ("Eq. 14 inherits eq. 124's dropped integration constant: the printed 
 register(ClosedForm(
     id="scan_snap.attention.growth_scanning",
     title="Eq. 14, scanning stage t < t_0': B_n with h(t/K) ~ eta_Y t/(M K)",
-    source=f"{PAPER}, Theorem 4, eqs. 14, 130 (integration constant corrected)",
+    source="Theorem 4, eqs. 14, 130 (integration constant corrected)",
     status="asymptotic",
     params=BN_PARAMS,
     derive=derive_growth_scanning,
@@ -392,7 +392,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.attention.growth_snapping",
     title="Eq. 14, snapping stage t >= t_0: B_n with h(t/K) ~ ln(M eta_Y t/K)/M",
-    source=f"{PAPER}, Theorem 4, eqs. 14, 131 (integration constant corrected)",
+    source="Theorem 4, eqs. 14, 131 (integration constant corrected)",
     status="asymptotic",
     params=BN_PARAMS,
     derive=derive_growth_snapping,
@@ -408,7 +408,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.attention.relative_gain",
     title="Theorem 3: relative gain r(t) = r(0) exp(2 (z_ml(t) - z_ml(0)))",
-    source=f"{PAPER}, Theorem 3, eqs. 11, 108-111",
+    source="Theorem 3, eqs. 11, 108-111",
     status="exact",
     params=(R0, DZ),
     derive=derive_relative_gain,
@@ -422,7 +422,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.attention.common_pair_term",
     title="Theorem 2, eq. 99: per-pair term of a single common token, -(1 - f_nl^2) f_n^T f_n'",
-    source=f"{PAPER}, Theorem 2(b), eqs. 97, 99",
+    source="Theorem 2(b), eqs. 97, 99",
     status="exact",
     params=(F_NL, F_NPL),
     derive=derive_common_pair_term,

@@ -20,8 +20,7 @@ import numpy as np
 
 from ..params import index
 from ..registry import ClosedForm, register
-from ..symbols import sym
-from . import PAPER
+from . import sym
 from .h import ETA_Y
 from .h import M_P as M_VOCAB
 
@@ -34,7 +33,7 @@ def _zeta_entries():
     """Entries of zeta_n = M/(M-1) (e_n - 1/M): (label entry, any other entry)."""
     import sympy as sp
 
-    M = sym("M_vocab")
+    M = sym("M")
     return sp.simplify(M / (M - 1) * (1 - 1 / M)), sp.simplify(M / (M - 1) * (-1 / M))
 
 
@@ -43,7 +42,7 @@ def derive_label_logit():
     """Label entry of w_n = (M-1) h zeta_n (eq. 31): (M-1) h."""
     import sympy as sp
 
-    M, h = sym("M_vocab"), sym("h")
+    M, h = sym("M"), sym("h")
     return sp.simplify((M - 1) * h * _zeta_entries()[0])
 
 
@@ -52,7 +51,7 @@ def _softmax_of_row():
     """(alpha on the label, alpha on one other token) for the row (M-1) h zeta_n."""
     import sympy as sp
 
-    M, h = sym("M_vocab"), sym("h")
+    M, h = sym("M"), sym("h")
     lab, oth = ((M - 1) * h * e for e in _zeta_entries())
     den = sp.exp(lab) + (M - 1) * sp.exp(oth)  # the label plus M-1 identical other entries
     return sp.simplify(sp.exp(lab) / den), sp.simplify(sp.exp(oth) / den)
@@ -81,7 +80,7 @@ def printed_alpha_correct():
     """Eq. 32, j = n: exp(M h*(s-1)) / ((M-1) + exp(M h*(s-1)))."""
     import sympy as sp
 
-    M, h = sym("M_vocab"), sym("h")
+    M, h = sym("M"), sym("h")
     return sp.exp(M * h) / ((M - 1) + sp.exp(M * h))
 
 
@@ -89,7 +88,7 @@ def printed_residual():
     """Lemma 5: e_n - alpha_n(s) = (M-1)/(M-1+exp(M h*(s-1))) zeta_n."""
     import sympy as sp
 
-    M, h = sym("M_vocab"), sym("h")
+    M, h = sym("M"), sym("h")
     return (M - 1) / ((M - 1) + sp.exp(M * h))
 
 
@@ -147,11 +146,11 @@ def _decoder_eval(kind):
 register(ClosedForm(
     id="scan_snap.decoder.label_logit",
     title="Lemma 5: label entry of the decoder row w_n(s) = (M-1) h*(s) zeta_n",
-    source=f"{PAPER}, Lemma 5, eqs. 31, 39",
+    source="Lemma 5, eqs. 31, 39",
     status="exact",
     params=DEC_PARAMS,
     derive=derive_label_logit,
-    printed=lambda: (sym("M_vocab") - 1) * sym("h"),
+    printed=lambda: (sym("M") - 1) * sym("h"),
     derived=_decoder_derived(0),
     derived_names=("h",),
     evaluate=_decoder_eval("label"),
@@ -162,7 +161,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.decoder.alpha_correct",
     title="Lemma 5, eq. 32: softmax probability of the correct token at step s",
-    source=f"{PAPER}, Lemma 5, eq. 32",
+    source="Lemma 5, eq. 32",
     status="exact",
     params=DEC_PARAMS,
     derive=derive_alpha_correct,
@@ -178,7 +177,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.decoder.residual",
     title="Lemma 5: e_n - alpha_n(s) = (M-1)/((M-1) + e^{M h*(s-1)}) zeta_n (the coefficient)",
-    source=f"{PAPER}, Lemma 5 (after eq. 32), Corollary 1, eq. 71",
+    source="Lemma 5 (after eq. 32), Corollary 1, eq. 71",
     status="exact",
     params=DEC_PARAMS,
     derive=derive_residual,

@@ -47,7 +47,6 @@ import numpy as np
 
 from ..params import Param, nonnegative, positive
 from ..registry import ClosedForm, register
-from . import PAPER
 
 __all__ = ["S_MAX", "trajectory", "u_of_t", "h_continuous", "lambertw_real",
            "implicit_solution", "explicit_solution"]
@@ -59,26 +58,28 @@ S_MAX = 10**7
 #: and 0.5 ms at 1000, so S_MAX steps would take minutes to hours.
 MPMATH_DIGIT_STEPS = 25 * 10**6
 
-M_P = Param("M", "index", "Vocabulary size M (the output softmax size), M >= 2.", low=2, symbol="M_vocab")
+M_P = Param("M", "index", "Vocabulary size M (the output softmax size), M >= 2.", low=2)
 M4_P = Param("M", "index", "Vocabulary size M >= 4 (for M <= 3, exp(M h) > (M-1) M h for every h: "
-             "no roots).", low=4, symbol="M_vocab")
+             "no roots).", low=4)
 S_P = Param("s", "index", f"Number of steps of the recursion, 0 <= s <= {S_MAX}.", low=0, high=S_MAX)
 K_P = Param("K", "index", "Number of sequence classes (next tokens) K >= 1.", low=1)
-T_P = nonnegative("t", "Time: per-class steps for h, total batch-1 SGD steps for gamma.")
-H_P = nonnegative("h", "Value of h (so that u = M h).")
+T_P = nonnegative("t", "Time: per-class steps for h, total batch-1 SGD steps for gamma.", sample=(0, 20))
+# h ~ ln(M eta_Y t)/M: M h stays below ~40 for t <= 1e9
+H_SAMPLE = (1e-4, 0.04, "log")
+H_P = nonnegative("h", "Value of h (so that u = M h).", sample=H_SAMPLE)
 ETA_Y = positive("eta_Y", "Decoder learning rate eta_Y.")
 ETA_Z = positive("eta_Z", "Self-attention learning rate eta_Z.")
 EPS_P = positive("epsilon", "Target ||e_n - alpha_n||_2 (Corollary 1).")
 
 
 def _sym(name):
-    from ..symbols import sym
+    from . import sym
 
     return sym(name)
 
 
 def syms():
-    return _sym("M_vocab"), _sym("eta_Y"), _sym("t"), _sym("h")
+    return _sym("M"), _sym("eta_Y"), _sym("t"), _sym("h")
 
 
 # =====================================================================================
@@ -137,7 +138,7 @@ def derive_discrete():
     """Eq. 33 as a relation: h*(s) = h*(s-1) + eta_Y/((M-1) + exp(M h*(s-1)))."""
     import sympy as sp
 
-    M, eta = _sym("M_vocab"), _sym("eta_Y")
+    M, eta = _sym("M"), _sym("eta_Y")
     s = _sym("s")
     hs = sp.Function("h_star")
     return sp.Eq(hs(s), hs(s - 1) + eta / ((M - 1) + sp.exp(M * hs(s - 1))))
@@ -201,13 +202,13 @@ def lemma8_roots():
 @cache
 def derive_root_low():
     lo, _ = lemma8_roots()
-    return lo / _sym("M_vocab")
+    return lo / _sym("M")
 
 
 @cache
 def derive_root_high():
     _, hi = lemma8_roots()
-    return hi / _sym("M_vocab")
+    return hi / _sym("M")
 
 
 @cache
@@ -215,7 +216,7 @@ def derive_omega_0():
     """Eq. 50 with u_lo = M^{omega_0 - 1}: omega_0 ln M = ln(M/(M-1)) + u_lo."""
     import sympy as sp
 
-    M = _sym("M_vocab")
+    M = _sym("M")
     lo, _ = lemma8_roots()
     return (sp.log(M / (M - 1)) + lo) / sp.log(M)
 
@@ -225,7 +226,7 @@ def derive_omega_1():
     """Eq. 51 with u_hi = (1 + omega_1) ln M."""
     import sympy as sp
 
-    M = _sym("M_vocab")
+    M = _sym("M")
     _, hi = lemma8_roots()
     return hi / sp.log(M) - 1
 
@@ -493,7 +494,7 @@ _RECURSION_DOC = (
 register(ClosedForm(
     id="scan_snap.h.discrete",
     title="h*(s): the discrete h recursion of the decoder weights (single class)",
-    source=f"{PAPER}, eq. 33 (Lemma 5)",
+    source="eq. 33 (Lemma 5)",
     status="exact",
     params=(S_P, M_P, ETA_Y),
     derive=derive_discrete,
@@ -504,7 +505,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.h.continuous",
     title="h(t): solution of dh/dt = eta_Y/((M-1) + exp(M h)), h(0) = 0 (Lambert W)",
-    source=f"{PAPER}, eqs. 44-45 (Lemma 6)",
+    source="eqs. 44-45 (Lemma 6)",
     status="exact",
     params=(T_P, M_P, ETA_Y),
     derive=explicit_solution,
@@ -517,7 +518,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.h.time_of",
     title="t(h): the explicit inverse of h(t)",
-    source=f"{PAPER}, eq. 45 (solved for t)",
+    source="eq. 45 (solved for t)",
     status="exact",
     params=(H_P, M_P, ETA_Y),
     derive=derive_time_of,
@@ -528,7 +529,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.h.linear",
     title="Linear regime of h(t): h ~ eta_Y t/M as t -> 0",
-    source=f"{PAPER}, Lemma 9 (stage 1)",
+    source="Lemma 9 (stage 1)",
     status="asymptotic",
     params=(T_P, M_P, ETA_Y),
     derive=derive_linear,
@@ -539,7 +540,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.h.logarithmic",
     title="Logarithmic regime of h(t): h ~ ln(M eta_Y t)/M as t -> oo",
-    source=f"{PAPER}, Lemma 9 (stage 2)",
+    source="Lemma 9 (stage 2)",
     status="asymptotic",
     params=(T_P, M_P, ETA_Y),
     derive=derive_logarithmic,
@@ -551,11 +552,11 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.h.gap_bound",
     title="Lemma 7(a) bound on h*(s) - h(s): 2 eta_Y/M",
-    source=f"{PAPER}, Lemma 7(a)",
+    source="Lemma 7(a)",
     status="exact",
     params=(M_P, ETA_Y),
     derive=derive_gap_bound,
-    printed=lambda: 2 * _sym("eta_Y") / _sym("M_vocab"),
+    printed=lambda: 2 * _sym("eta_Y") / _sym("M"),
     doc="Twice the largest one-step increment eta_Y/M of the recursion (at h = 0). The lemma states "
         "0 <= h*(s) - h(s) <= 2 eta_Y/M for all s; the check scan_snap.h.lemma7_gap measures a maximum of "
         "0.09-0.19 of the bound.",
@@ -567,21 +568,21 @@ _ROOT_DOC = ("Lemma 8: with u = M h, exp(u) = (M-1) u has the roots u_lo = -W_0(
 
 register(ClosedForm(
     id="scan_snap.h.root_low", title="Lower root u_lo/M of exp(M h) = (M-1) M h (left end of J_1)",
-    source=f"{PAPER}, Lemma 8", status="exact", params=(M4_P,), derive=derive_root_low,
+    source="Lemma 8", status="exact", params=(M4_P,), derive=derive_root_low,
     evaluate=_root_low, doc=_ROOT_DOC))
 register(ClosedForm(
     id="scan_snap.h.root_high", title="Upper root u_hi/M of exp(M h) = (M-1) M h (right end of J_1)",
-    source=f"{PAPER}, Lemma 8", status="exact", params=(M4_P,), derive=derive_root_high,
+    source="Lemma 8", status="exact", params=(M4_P,), derive=derive_root_high,
     evaluate=_root_high, doc=_ROOT_DOC))
 register(ClosedForm(
     id="scan_snap.h.omega_0", title="omega_0 of eq. 50 (J_1 starts at M^{omega_0 - 2})",
-    source=f"{PAPER}, Lemma 8, eq. 50", status="exact", params=(M4_P,), derive=derive_omega_0,
+    source="Lemma 8, eq. 50", status="exact", params=(M4_P,), derive=derive_omega_0,
     evaluate=_omega_0,
     doc=_ROOT_DOC + " Eq. 50's fixed point omega_0 ln M = ln(M/(M-1)) + M^{omega_0 - 1} is solved by "
     "M^{omega_0 - 1} = u_lo; omega_0 = O(1/(M^0.99 ln M))."))
 register(ClosedForm(
     id="scan_snap.h.omega_1", title="omega_1 of eq. 51 (J_1 ends at (1 + omega_1) ln M/M)",
-    source=f"{PAPER}, Lemma 8, eq. 51", status="exact", params=(M4_P,), derive=derive_omega_1,
+    source="Lemma 8, eq. 51", status="exact", params=(M4_P,), derive=derive_omega_1,
     evaluate=_omega_1,
     doc=_ROOT_DOC + " Eq. 51, M^{omega_1} = (1 + omega_1) ln M (M-1)/M, is solved by "
     "(1 + omega_1) ln M = u_hi; omega_1 = Theta(ln ln M/ln M) (0.3198 at M = 1000)."))
@@ -591,19 +592,19 @@ _ID_DOC = ("Lemma 9 (K = 1), an exact identity along the solution: with t = t(h)
            "the left-hand side for every h > 0 (sympy proves it).")
 register(ClosedForm(
     id="scan_snap.h.identity_53", title="Eq. 53: h = (M eta_Y t + 1)/((1 + Delta_2) M (M-1))",
-    source=f"{PAPER}, Lemma 9, eq. 53", status="exact", params=(Param("h", "positive", "h > 0."), M_P),
+    source="Lemma 9, eq. 53", status="exact", params=(Param("h", "positive", "h > 0.", sample=H_SAMPLE), M_P),
     derive=lambda: _sym("h"), printed=_printed_53, doc=_ID_DOC))
 register(ClosedForm(
     id="scan_snap.h.identity_54",
     title="Eq. 54: gamma = (M eta_Y t + 1)/((1 + Delta_1)(1 + Delta_2) M) (K = 1)",
-    source=f"{PAPER}, Lemma 9, eq. 54", status="exact", params=(Param("h", "positive", "h > 0."), M_P),
+    source="Lemma 9, eq. 54", status="exact", params=(Param("h", "positive", "h > 0.", sample=H_SAMPLE), M_P),
     derive=gamma_of_h, printed=_printed_54, doc=_ID_DOC))
 register(ClosedForm(
     id="scan_snap.h.identity_56", title="Eq. 56: h = ln((M eta_Y t + 1)/(1 + 1/Delta_2))/M",
-    source=f"{PAPER}, Lemma 9, eq. 56", status="exact", params=(Param("h", "positive", "h > 0."), M_P),
+    source="Lemma 9, eq. 56", status="exact", params=(Param("h", "positive", "h > 0.", sample=H_SAMPLE), M_P),
     derive=lambda: _sym("h"), printed=_printed_56, doc=_ID_DOC))
 register(ClosedForm(
     id="scan_snap.h.identity_57",
     title="Eq. 57: gamma = (M-1)/M (M-1) ln X/((1 + 1/Delta_1) X), X = (M eta_Y t + 1)/(1 + 1/Delta_2)",
-    source=f"{PAPER}, Lemma 9, eq. 57", status="exact", params=(Param("h", "positive", "h > 0."), M_P),
+    source="Lemma 9, eq. 57", status="exact", params=(Param("h", "positive", "h > 0.", sample=H_SAMPLE), M_P),
     derive=gamma_of_h, printed=_printed_57, doc=_ID_DOC))

@@ -28,7 +28,7 @@ from functools import cache
 import numpy as np
 
 from ..registry import ClosedForm, register
-from ..symbols import sym
+from . import sym
 from .h import (
     EPS_P,
     ETA_Y,
@@ -36,7 +36,6 @@ from .h import (
     K_P,
     M4_P,
     M_P,
-    PAPER,
     T_P,
     backend_exp,
     derive_linear,
@@ -304,7 +303,7 @@ _CLOCK = ("t counts total batch-1 SGD steps; each of the K uniformly sampled cla
 register(ClosedForm(
     id="scan_snap.speed.gamma",
     title="Speed control coefficient gamma(t) = (M-1)^2 h(t/K)/((M-1) + exp(M h(t/K)))",
-    source=f"{PAPER}, Theorem 1, Lemma 9 (eq. 85 with h continuous)",
+    source="Theorem 1, Lemma 9 (eq. 85 with h continuous)",
     status="exact",
     params=(T_P, M_P, K_P, ETA_Y),
     derive=derive_gamma,
@@ -315,7 +314,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.gamma_integral",
     title="Gamma(t) = eta_Z int_0^t gamma = (eta_Z/eta_Y) K (M-1)^2 h(t/K)^2/2",
-    source=f"{PAPER}, eqs. 125-128",
+    source="eqs. 125-128",
     status="exact",
     params=(T_P, M_P, K_P, ETA_Y, ETA_Z),
     derive=derive_gamma_integral,
@@ -326,7 +325,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.gamma_linear",
     title="Stage 1 of gamma: gamma ~ ((M-1)/M)^2 eta_Y t/K as t -> 0",
-    source=f"{PAPER}, Theorem 1(b), Lemma 9 (stage 1)",
+    source="Theorem 1(b), Lemma 9 (stage 1)",
     status="asymptotic",
     params=(T_P, M_P, K_P, ETA_Y),
     derive=derive_gamma_linear,
@@ -336,7 +335,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.gamma_log",
     title="Stage 2 of gamma: gamma ~ ((M-1)/M)^2 K ln(M eta_Y t/K)/(eta_Y t) as t -> oo",
-    source=f"{PAPER}, Lemma 9 (stage 2); Theorem 1(b) as printed",
+    source="Lemma 9 (stage 2); Theorem 1(b) as printed",
     status="asymptotic",
     params=(T_P, M_P, K_P, ETA_Y),
     derive=derive_gamma_log,
@@ -353,7 +352,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.scan_end",
     title="t_A: end of stage 1, exp(M h(t/K)) = M - 1",
-    source=f"{PAPER}, Lemma 9, eq. 52",
+    source="Lemma 9, eq. 52",
     status="exact",
     params=(M_P, K_P, ETA_Y),
     derive=derive_scan_end,
@@ -366,18 +365,18 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.scan_time",
     title="t_0' = K ln M/eta_Y: the scanning time scale",
-    source=f"{PAPER}, Lemma 9, Theorem 1(b), Theorem 4 (eq. 14)",
+    source="Lemma 9, Theorem 1(b), Theorem 4 (eq. 14)",
     status="asymptotic",
     params=(M_P, K_P, ETA_Y),
     derive=derive_scan_time,
-    printed=lambda: sym("K") * __import__("sympy").log(sym("M_vocab")) / sym("eta_Y"),
+    printed=lambda: sym("K") * __import__("sympy").log(sym("M")) / sym("eta_Y"),
     doc="Derived as the leading term of t_A (scan_snap.speed.scan_end) as M -> oo; t_0' < t_A for "
         "M >= 5 (not for M <= 4), so there stage 1 holds on t <= t_0'.",
 ))
 register(ClosedForm(
     id="scan_snap.speed.snap_time",
     title="t_0 = 2 (1 + omega_1) K ln M/eta_Y: the snapping time (Lemma 9, Theorem 4)",
-    source=f"{PAPER}, Lemma 9, Theorem 1(b), Theorem 4",
+    source="Lemma 9, Theorem 1(b), Theorem 4",
     status="exact",
     params=(M4_P, K_P, ETA_Y),
     derive=derive_snap_time,
@@ -390,7 +389,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.crossing_time",
     title="t_B: exact onset of stage 2, exp(M h(t/K)) = (M-1) M h(t/K) at the upper root",
-    source=f"{PAPER}, Lemma 9 (stage 2), Lemma 8",
+    source="Lemma 9 (stage 2), Lemma 8",
     status="exact",
     params=(M4_P, K_P, ETA_Y),
     derive=derive_crossing_time,
@@ -401,7 +400,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.gamma_peak",
     title="max_t gamma(t) = (M-1) W_0((M-1)/e)/M",
-    source=f"{PAPER}, Theorem 1(b), Lemma 9 (gamma rises, then decays)",
+    source="Theorem 1(b), Lemma 9 (gamma rises, then decays)",
     status="exact",
     params=(M_P, K_P, ETA_Y),
     derive=derive_gamma_peak,
@@ -412,7 +411,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.gamma_peak_time",
     title="argmax_t gamma(t) = K t(u*/M), u* = 1 + W_0((M-1)/e)",
-    source=f"{PAPER}, Theorem 1(b), Lemma 9 (the peak of gamma)",
+    source="Theorem 1(b), Lemma 9 (the peak of gamma)",
     status="exact",
     params=(M_P, K_P, ETA_Y),
     derive=derive_gamma_peak_time,
@@ -422,7 +421,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.convergence_steps",
     title="Corollary 1, sharp: total steps until ||e_n - alpha_n||_2 <= epsilon",
-    source=f"{PAPER}, Corollary 1 (eqs. 71-73), spec D.4",
+    source="Corollary 1 (eqs. 71-73), spec D.4",
     status="approximate",
     params=(M_P, K_P, ETA_Y, EPS_P),
     derive=derive_convergence_steps,

@@ -22,7 +22,7 @@ from verify import Control, Outcome, check
 def entropy_bound(ctx):
     import sympy as sp
 
-    from theory.symbols import sym
+    from theory.localization import sym
 
     big, fin = theory.get("localization.entropy.zhai_bound"), theory.get("localization.entropy.zhai_theorem")
     nu = np.logspace(-3, 2, ctx.pick(quick=400, full=4000))

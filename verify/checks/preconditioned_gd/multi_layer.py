@@ -261,7 +261,7 @@ def _kernel_roots(L: int, n: int, d: int, dps: int) -> list:
     import sympy as sp
 
     from theory.preconditioned_gd.multi_layer import optimal_kernel
-    from theory.symbols import sym
+    from theory.preconditioned_gd import sym
 
     sn, sd = sym("n"), sym("d")
     c = [sp.Rational(x.subs({sn: n, sd: d})) for x in optimal_kernel(L)]
@@ -283,7 +283,7 @@ def steps_are_kernel_roots(ctx):
     import sympy as sp
 
     from theory.preconditioned_gd.multi_layer import optimal_steps_of
-    from theory.symbols import sym
+    from theory.preconditioned_gd import sym
 
     dps = 60
     sn, sd = sym("n"), sym("d")

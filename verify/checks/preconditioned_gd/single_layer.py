@@ -373,6 +373,8 @@ def one_theory(ctx):
     from theory.preconditioned_gd import relu
     from theory.preconditioned_gd import single_layer as sl
 
+    from theory.preconditioned_gd import sym
+
     ident = sl.one_theory_identities()
     claims = {
         "optimal_preconditioner == merged.converged_matrix": ident["optimal_preconditioner"],
@@ -382,22 +384,22 @@ def one_theory(ctx):
         "gradient vanishes at the inverse-task optimum": sl.stationarity_residual("inverse") == 0,
         "inverse-task optimum == n/(n+d+1) Sigma^-1": equal(
             sl.to_merged_symbols(sl.derive_optimal_preconditioner("inverse")),
-            sl.to_merged_symbols(sl.spec_optimal_preconditioner_inverse_task())),
+            sl.to_merged_symbols(sl.spec_optimal_preconditioner_inverse_task()), covariance=sym("Lambda")),
         "inverse-task optimal loss == d(d+1)/(n+d+1)": equal(
             sl.derive_optimal_loss_inverse_task(), sl.spec_optimal_loss_inverse_task()),
         "ReLU gradient vanishes at a* I": relu.stationarity_residual() == 0,
     }
     failed = [k for k, ok in claims.items() if not ok]
     # controls: wrong forms the same comparisons must tell apart
-    from theory.symbols import sym
 
     merged_L = theory.get("linear_attention.merged.global_min_loss").expr
     N = sym("N")
     wrong_loss = merged_L.xreplace({N: N + 1})  # an off-by-one context length
     stats = [0.0 if ident["control_inverse_task_optimum"] else 1.0,
-             0.0 if equal(sl.to_merged_symbols(sl.derive_optimal_loss()), wrong_loss) else 1.0,
+             0.0 if equal(sl.to_merged_symbols(sl.derive_optimal_loss()), wrong_loss,
+                          covariance=sym("Lambda")) else 1.0,
              0.0 if equal(sl.to_merged_symbols(sl.derive_loss()).xreplace({sym("A"): sym("M").T}),
-                          theory.get("linear_attention.merged.loss").expr) else 1.0]
+                          theory.get("linear_attention.merged.loss").expr, covariance=sym("Lambda")) else 1.0]
     # exact symbolic comparisons (no sampling): each statistic is its own expected value
     controls = [
         Control("Theorem-3-model optimum n/(n+d+1) Sigma^-1 == merged.converged_matrix", stats[0], 0.5,

@@ -27,22 +27,22 @@ from __future__ import annotations
 
 from functools import cache
 
-from theory import ClosedForm, Param, nonnegative, positive, register, sym
+from theory import ClosedForm, Param, nonnegative, positive, register
 
-from . import PAPER
+from . import sym
 
-# the singular value is ``s`` to the caller; its sympy symbol is ``s_alpha`` (a positive real),
-# because ``s`` in the shared symbol table is an integer of another paper
+# ``s`` is a positive real here (this topic's symbol table), although another paper's table makes
+# it an integer: symbols are per topic
 S = Param("s", "positive", "Singular value s_alpha of the input-output correlation Sigma31 (the mode's final "
-          "strength).", symbol="s_alpha", example_value=2.0)
+          "strength).", example_value=2.0)
 U0 = Param("u0", "positive", "Initial mode strength u(0) (small, balanced initialisation).", example_value=0.01)
 U_F = Param("u_f", "positive", "Target strength, strictly between u0 and s.", example_value=1.0)
-T = nonnegative("t", "Time.")
+T = nonnegative("t", "Time.", sample=(0, 20))
 TAU = positive("tau", "Time constant of the gradient flow (1 / learning rate).")
 
 
 def _symbols():
-    return sym("s_alpha"), sym("u0"), sym("t"), sym("tau")
+    return sym("s"), sym("u0"), sym("t"), sym("tau")
 
 
 @cache
@@ -106,7 +106,7 @@ def _between(values, dims):
                          "(the trajectory never reaches it otherwise)")
 
 
-SOURCE = f"{PAPER}, exact solution for a three-layer (two weight layers) linear network"
+SOURCE = "exact solution for a three-layer (two weight layers) linear network"
 
 register(ClosedForm(
     id="saxe_linear.modes.strength",
