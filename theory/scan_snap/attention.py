@@ -38,8 +38,9 @@ from functools import cache
 import numpy as np
 
 from ..params import index, nonnegative, positive
+from ..backends import backend_ops
 from ..registry import ClosedForm, register
-from .decoder import ETA_Y, M_VOCAB, backend_ops
+from .decoder import ETA_Y, M_VOCAB
 from .h import ETA_Z
 
 T_STEPS = nonnegative("t", "Total number of batch-1 SGD steps (each of the K classes has had about t/K).",
@@ -234,21 +235,22 @@ def _h_of_t(backend, values):
     """h(t/K) from scan_snap.h.continuous in ``backend``."""
     import theory
 
-    _, _, _, conv = backend_ops(backend)
+    conv = backend_ops(backend).number
     t = conv(values["t"])
     return theory.get("scan_snap.h.continuous")(backend, t=t / values["K"], M=values["M"],
                                                  eta_Y=values["eta_Y"])
 
 
 def _gamma_integral(backend, values, h):
-    _, _, _, conv = backend_ops(backend)
+    conv = backend_ops(backend).number
     M, K = values["M"], values["K"]
     return conv(values["eta_Z"]) / conv(values["eta_Y"]) * K * (M - 1) ** 2 * h**2 / 2
 
 
 def _bn_eval(kind):
     def evaluate(backend, values, dims):
-        log1p, log, _, conv = backend_ops(backend)
+        ops = backend_ops(backend)
+        log1p, log, conv = ops.log1p, ops.log, ops.number
         h = _h_of_t(backend, values)
         G = _gamma_integral(backend, values, h)
         C, K = conv(values["C0"]), values["K"]

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from functools import cache
 
-import numpy as np
 
 from ..params import index
+from ..backends import backend_ops
 from ..registry import ClosedForm, register
 from . import sym
 from .h import ETA_Y
@@ -93,29 +93,11 @@ def printed_residual():
 
 
 # -- numerics ----------------------------------------------------------------------------------
-def backend_ops(backend):
-    """(log1p, log, exp, to-number) of ``backend``: numpy, mpmath or torch (float64)."""
-    if backend == "numpy":
-        return np.log1p, np.log, np.exp, (lambda x: x)
-    if backend == "mpmath":
-        import mpmath
-
-        return mpmath.log1p, mpmath.log, mpmath.exp, mpmath.mpf
-    if backend == "torch":
-        import torch
-
-        def conv(x):
-            return x.to(torch.float64) if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float64)
-
-        return torch.log1p, torch.log, torch.exp, conv
-    raise ValueError(f"backend: expected numpy, mpmath or torch, got {backend!r}")
-
-
 def _h_star(backend, s, values):
     """h*(s) from scan_snap.h.discrete (h*(0) = 0)."""
     import theory
 
-    _, _, _, conv = backend_ops(backend)
+    conv = backend_ops(backend).number
     if s == 0:
         return conv(0.0)
     return theory.get("scan_snap.h.discrete")(backend, s=s, M=values["M"], eta_Y=values["eta_Y"])
@@ -130,7 +112,7 @@ def _decoder_derived(shift):
 
 def _decoder_eval(kind):
     def evaluate(backend, values, dims):
-        _, _, exp, conv = backend_ops(backend)
+        exp = backend_ops(backend).exp
         M = values["M"]
         if kind == "label":
             return (M - 1) * _h_star(backend, values["s"], values)

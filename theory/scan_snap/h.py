@@ -46,6 +46,7 @@ from functools import cache
 import numpy as np
 
 from ..params import Param, nonnegative, positive
+from ..backends import backend_ops, working
 from ..registry import ClosedForm, register
 
 __all__ = ["S_MAX", "trajectory", "u_of_t", "h_continuous", "lambertw_real",
@@ -344,25 +345,7 @@ def _newton_numpy(c, M):
 
 def h_continuous(backend, t, M, eta_Y):
     """h(t) of eq. 45 (log-space Newton; see the module docstring)."""
-    return u_of_t(backend, M * eta_Y * t if backend != "mpmath" else M * mp_float(eta_Y) * mp_float(t), M) / M
-
-
-def mp_float(x):
-    import mpmath
-
-    return mpmath.mpf(x)
-
-
-def backend_exp(backend, x):
-    if backend == "mpmath":
-        import mpmath
-
-        return mpmath.exp(x)
-    if backend == "torch":
-        import torch
-
-        return torch.exp(x)
-    return np.exp(x)
+    return u_of_t(backend, M * working(backend, eta_Y) * working(backend, t), M) / M
 
 
 def trajectory(S, M, eta_Y):
@@ -425,32 +408,8 @@ def _continuous(backend, values, dims):
 
 
 def root_u(backend, M, branch):
-    x = -1 / mp_float(M - 1) if backend == "mpmath" else -1.0 / (M - 1)
+    x = -1 / working(backend, M - 1)
     return -lambertw_real(backend, x, branch)
-
-
-def backend_log(backend, x):
-    if backend == "mpmath":
-        import mpmath
-
-        return mpmath.log(x)
-    if backend == "torch":
-        import torch
-
-        return torch.log(torch.as_tensor(x, dtype=torch.float64))
-    return math.log(x)
-
-
-def backend_log1p(backend, x):
-    if backend == "mpmath":
-        import mpmath
-
-        return mpmath.log1p(x)
-    if backend == "torch":
-        import torch
-
-        return torch.log1p(torch.as_tensor(x, dtype=torch.float64))
-    return math.log1p(x)
 
 
 def _root_low(backend, values, dims):
@@ -465,13 +424,13 @@ def _omega_0(backend, values, dims):
     M = values["M"]
     # ln(M/(M-1)) as log1p(1/(M-1)): M/(M-1) rounds to 1 + 1 ulp for large M (half the value
     # at M = 2**53)
-    inv = (1 / mp_float(M - 1)) if backend == "mpmath" else 1.0 / (M - 1)
-    return (backend_log1p(backend, inv) + root_u(backend, M, 0)) / backend_log(backend, M)
+    inv = 1 / working(backend, M - 1)
+    return (backend_ops(backend).log1p(inv) + root_u(backend, M, 0)) / backend_ops(backend).log(M)
 
 
 def _omega_1(backend, values, dims):
     M = values["M"]
-    return root_u(backend, M, -1) / backend_log(backend, M) - 1
+    return root_u(backend, M, -1) / backend_ops(backend).log(M) - 1
 
 
 def t_positive(values, dims):

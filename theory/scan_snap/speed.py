@@ -27,6 +27,7 @@ from functools import cache
 
 import numpy as np
 
+from ..backends import backend_ops, working
 from ..registry import ClosedForm, register
 from . import sym
 from .h import (
@@ -37,7 +38,6 @@ from .h import (
     M4_P,
     M_P,
     T_P,
-    backend_exp,
     derive_linear,
     derive_omega_1,
     derive_time_of,
@@ -46,7 +46,6 @@ from .h import (
     h_continuous,
     lambertw_real,
     lemma8_roots,
-    mp_float,
     root_u,
     syms,
     t_of_h_expr,
@@ -238,9 +237,9 @@ def stable_convergence_steps():
 # =====================================================================================
 def gamma_of_t(backend, t, M, K, eta_Y):
     """gamma(t) = (M-1)^2 h/((M-1) + e^{M h}), h = h(t/K)."""
-    tk = (mp_float(t) / K) if backend == "mpmath" else t / K
+    tk = working(backend, t) / K
     h = h_continuous(backend, tk, M, eta_Y)
-    return (M - 1) ** 2 * h / ((M - 1) + backend_exp(backend, M * h))
+    return (M - 1) ** 2 * h / ((M - 1) + backend_ops(backend).exp(M * h))
 
 
 def _gamma(backend, values, dims):
@@ -249,22 +248,21 @@ def _gamma(backend, values, dims):
 
 def _gamma_integral(backend, values, dims):
     t, M, K, eta, etaZ = (values[n] for n in ("t", "M", "K", "eta_Y", "eta_Z"))
-    tk = (mp_float(t) / K) if backend == "mpmath" else t / K
+    tk = working(backend, t) / K
     h = h_continuous(backend, tk, M, eta)
-    if backend == "mpmath":
-        eta, etaZ = mp_float(eta), mp_float(etaZ)
+    eta, etaZ = working(backend, eta), working(backend, etaZ)
     return etaZ / eta * K * (M - 1) ** 2 * h**2 / 2
 
 
 def _snap_time(backend, values, dims):
     M, K, eta = values["M"], values["K"], values["eta_Y"]
-    eta = mp_float(eta) if backend == "mpmath" else eta
+    eta = working(backend, eta)
     return 2 * K * root_u(backend, M, -1) / eta
 
 
 def _crossing_time(backend, values, dims):
     M, K, eta = values["M"], values["K"], values["eta_Y"]
-    eta = mp_float(eta) if backend == "mpmath" else eta
+    eta = working(backend, eta)
     return K * (2 * (M - 1) * root_u(backend, M, -1) - 1) / (M * eta)
 
 
@@ -284,7 +282,7 @@ def _gamma_peak(backend, values, dims):
 def _gamma_peak_time(backend, values, dims):
     M, K, eta = values["M"], values["K"], values["eta_Y"]
     w = _peak_w(backend, M)
-    eta = mp_float(eta) if backend == "mpmath" else eta
+    eta = working(backend, eta)
     return K * ((M - 1) / w + (M - 1) * (1 + w) - 1) / (M * eta)
 
 
