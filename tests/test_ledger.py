@@ -1,4 +1,5 @@
-"""The coverage ledgers (docs/ledger/<topic>.toml) agree with the registries."""
+"""The coverage ledgers (docs/ledger/<topic>.toml, or ledger.toml in a plug-in's topic package)
+agree with the registries."""
 
 import pytest
 
@@ -20,15 +21,24 @@ def test_every_topic_with_records_has_a_ledger():
     topics = {i.split(".", 1)[0] for i in theory.ids()}
     assert set(TOPICS) <= topics
     assert {p.stem for p in ledger.LEDGER_DIR.glob("*.toml")} == set(TOPICS)
+    assert set(ledger.load_all()) == topics  # the plug-in's ledger ships in its topic package
+
+
+def test_a_plugin_ships_its_ledger_with_its_code():
+    path = ledger.ledger_path("saxe_linear")
+    assert path.name == "ledger.toml" and path.parent.name == "topic" and ledger.LEDGER_DIR not in path.parents
+    led = ledger.load("saxe_linear")
+    assert led.counts()["verified"] >= 3 and all(it.note for it in led.items if it.status == "missing")
 
 
 def test_every_check_of_a_topic_appears_in_its_ledger():
     from verify.registry import all_checks
 
-    named = {c for t in TOPICS for it in ledger.load(t).items for c in it.checks}
+    ledgers = ledger.load_all()
+    named = {c for led in ledgers.values() for it in led.items for c in it.checks}
     generic = ("symbolic_printed_forms", "high_precision")
     absent = [c.id for c in all_checks()
-              if c.id.split(".", 1)[0] in TOPICS and c.id not in named and not c.id.endswith(generic)]
+              if c.id.split(".", 1)[0] in ledgers and c.id not in named and not c.id.endswith(generic)]
     assert not absent, f"checks in no ledger item: {absent}"
 
 

@@ -1,7 +1,8 @@
 """Coverage ledgers: every numbered item of a paper, with its status and its evidence.
 
-A ledger is ``docs/ledger/<topic>.toml``, one ``[[item]]`` table per numbered item of the
-paper (equation, lemma, theorem, corollary, remark, definition, figure or table claim,
+A ledger is ``docs/ledger/<topic>.toml`` for a built-in topic, or ``ledger.toml`` inside the
+topic package (how a plug-in ships its own: :func:`ledger_path`), one ``[[item]]`` table per
+numbered item of the paper (equation, lemma, theorem, corollary, remark, definition, figure or table claim,
 appendix result)::
 
     [[item]]
@@ -27,7 +28,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["STATUSES", "KINDS", "Item", "Ledger", "LedgerError", "LEDGER_DIR", "load", "load_all", "counts"]
+__all__ = ["STATUSES", "KINDS", "Item", "Ledger", "LedgerError", "LEDGER_DIR", "ledger_path", "load", "load_all",
+           "counts"]
 
 #: ``verified``: a check confirms the printed result; ``erratum``: the printed form is wrong
 #: and a check decides for the corrected one; ``refuted``: a check shows the claim fails;
@@ -39,8 +41,25 @@ KINDS = ("result", "notation")
 _NEEDS_CHECK = ("verified", "erratum", "refuted")
 _NEEDS_NOTE = ("not checkable", "missing")
 
-#: Where the core topics keep their ledgers.
-LEDGER_DIR = Path(__file__).resolve().parents[1] / "docs" / "ledger"
+#: The repository root, and where the built-in topics keep their ledgers.
+ROOT = Path(__file__).resolve().parents[1]
+LEDGER_DIR = ROOT / "docs" / "ledger"
+
+
+def ledger_path(topic: str) -> Path:
+    """Where ``topic``'s ledger is: ``ledger.toml`` in the topic package when there is one (a
+    plug-in ships its ledger with its code), else ``docs/ledger/<topic>.toml``. The path may not
+    exist (a topic without a ledger)."""
+    from importlib import import_module
+
+    from theory.papers import topics
+
+    t = topics().get(topic)
+    if t is not None:
+        here = Path(import_module(t.package).__file__).parent / "ledger.toml"
+        if here.is_file():
+            return here
+    return LEDGER_DIR / f"{topic}.toml"
 
 
 class LedgerError(ValueError):
@@ -126,13 +145,13 @@ def _parse(path: Path) -> tuple[Item, ...]:
 
 
 def load(topic: str, path: Path | str | None = None, *, against_registries: bool = True) -> Ledger:
-    """The validated ledger of ``topic`` (default path ``docs/ledger/<topic>.toml``).
+    """The validated ledger of ``topic`` (default path: :func:`ledger_path`).
 
     With ``against_registries``: every named closed form and check exists (a former check id,
     kept as an alias, does not count), each belongs to ``topic``, and every registered closed
     form of ``topic`` appears in some item. ``LedgerError`` (a ``ValueError``) names the file
     and the item otherwise."""
-    path = Path(path) if path is not None else LEDGER_DIR / f"{topic}.toml"
+    path = Path(path) if path is not None else ledger_path(topic)
     if not path.is_file():
         raise LedgerError(f"{path}: no ledger for topic {topic!r}")
     items = _parse(path)
@@ -158,9 +177,12 @@ def load(topic: str, path: Path | str | None = None, *, against_registries: bool
 
 
 def load_all(against_registries: bool = True) -> dict[str, Ledger]:
-    """The ledger of every topic that has one, by topic."""
-    return {p.stem: load(p.stem, p, against_registries=against_registries)
-            for p in sorted(LEDGER_DIR.glob("*.toml"))}
+    """The ledger of every topic that has one (:func:`ledger_path`), by topic: built-in topics, then
+    plug-ins (the order of :func:`theory.papers.topics`)."""
+    from theory.papers import topics
+
+    paths = {t: ledger_path(t) for t in topics()}
+    return {t: load(t, p, against_registries=against_registries) for t, p in paths.items() if p.is_file()}
 
 
 def main(argv=None) -> int:

@@ -82,17 +82,26 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "/")
 
 
+def _shown(path, root) -> str:
+    """``path`` relative to the repository root where it is inside it, else its last three parts."""
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return "/".join(path.parts[-3:])
+
+
 def ledger_section(topic: str) -> list[str]:
     """The paper's coverage ledger (:mod:`verify.ledger`) as a section: counts per status, then
     every numbered item with its status, closed forms, checks and note."""
-    from verify.ledger import LEDGER_DIR, STATUSES, load
+    from verify.ledger import ROOT, STATUSES, ledger_path, load
 
-    if not (LEDGER_DIR / f"{topic}.toml").is_file():
+    path = ledger_path(topic)
+    if not path.is_file():
         return []
     led = load(topic)
     c = led.counts()
     out = ["## Every numbered item of the paper", "",
-           f"The coverage ledger (`docs/ledger/{topic}.toml`) lists {len(led.items)} items: "
+           f"The coverage ledger (`{_shown(path, ROOT)}`) lists {len(led.items)} items: "
            + ", ".join(f"{c[s]} {s}" for s in STATUSES) + ". *verified*: a check confirms the result; "
            "*erratum*: the printed form is wrong and a check decides for the corrected one; *refuted*: a check "
            "shows the claim fails; *missing*: not covered yet.", "",
