@@ -42,6 +42,8 @@ from typing import Callable
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from .. import validate
+
 __all__ = ["FlowResult", "Moments", "moments", "init_merged", "init_aligned", "rhs", "integrate",
            "loss", "gradient", "gd", "s_eff", "conserved", "half_time", "effective_matrix"]
 
@@ -393,11 +395,7 @@ def integrate(Lambda, N, v0, U0, *, tau: float = 1.0, t_eval, rtol: float = 1e-1
     v0, U0 = _params(v0, U0, mo.D)
     tau = _positive("tau", tau)
     rtol = _positive("rtol", rtol)
-    t_eval = np.asarray(t_eval, dtype=np.float64)
-    if t_eval.ndim != 1 or t_eval.size == 0 or not np.all(np.isfinite(t_eval)):
-        raise ValueError("t_eval: expected a non-empty 1-D array of finite times")
-    if t_eval[0] < 0 or np.any(np.diff(t_eval) < 0):
-        raise ValueError("t_eval: times must be >= 0 and non-decreasing")
+    t_eval = validate.times("t_eval", t_eval)
     y0 = _pack(v0, U0)
     if atol is None:
         scale = min(1.0, float(np.max(np.abs(y0))))

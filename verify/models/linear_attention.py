@@ -48,40 +48,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from .. import validate
+
 __all__ = ["MergedLinearAttention", "CubicFeatureMLP", "TokenBatch", "TrainResult",
            "cpu_threads", "cubic_features", "sample_tokens", "train_online_sgd", "benchmark_steps",
            "validate_covariance"]
 
 DTYPE = torch.float64
-
-
-# -- validation helpers ---------------------------------------------------------------
-def _positive_int(name: str, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
-    if int(value) < low:
-        raise ValueError(f"{name}: must be >= {low}, got {value}")
-    return int(value)
-
-
-def _positive_float(name: str, value) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a real number > 0, got {value!r}") from None
-    if not np.isfinite(x) or x <= 0:
-        raise ValueError(f"{name}: must be a finite number > 0, got {value!r}")
-    return x
-
-
-def _nonnegative_float(name: str, value) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a real number >= 0, got {value!r}") from None
-    if not np.isfinite(x) or x < 0:
-        raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
-    return x
 
 
 def validate_covariance(Lambda) -> np.ndarray:
@@ -90,15 +63,7 @@ def validate_covariance(Lambda) -> np.ndarray:
     Uses the same rules as the closed forms' ``covariance`` parameters; raises
     ``ValueError`` starting with ``Lambda``.
     """
-    from theory.params import covariance
-
-    return covariance("Lambda", "Token covariance (eq. 2).").validate(Lambda, {})
-
-
-def _check_generator(generator) -> torch.Generator:
-    if not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
-    return generator
+    return validate.covariance("Lambda", Lambda)
 
 
 def _as_tokens(X, D: int | None = None) -> torch.Tensor:
@@ -123,7 +88,7 @@ def cpu_threads(n: int | None):
     if n is None:
         yield
         return
-    n = _positive_int("threads", n)
+    n = validate.integer("threads", n)
     old = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -178,9 +143,9 @@ def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
     TokenBatch
         ``X`` (B, D+1, N+1) with the query label 0, ``y_q`` (B,), ``w`` (B, D).
     """
-    N = _positive_int("N", N)
-    batch = _positive_int("batch", batch)
-    generator = _check_generator(generator)
+    N = validate.integer("N", N)
+    batch = validate.integer("batch", batch)
+    generator = validate.generator(generator)
     device = torch.device(device) if device is not None else generator.device
     if chol is None:
         lam = validate_covariance(Lambda)
@@ -265,10 +230,10 @@ class MergedLinearAttention(nn.Module):
     def __init__(self, D: int, H: int, N: int, *, rho: float | None = None,
                  dtype=DTYPE, device=None):
         super().__init__()
-        self.D = _positive_int("D", D)
-        self.H = _positive_int("H", H)
-        self.N = _positive_int("N", N)
-        self.rho = float(self.N) if rho is None else _positive_float("rho", rho)
+        self.D = validate.integer("D", D)
+        self.H = validate.integer("H", H)
+        self.N = validate.integer("N", N)
+        self.rho = float(self.N) if rho is None else validate.positive("rho", rho)
         shape = (self.H, self.D + 1, self.D + 1)
         self.WV = nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))
         self.WKQ = nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))
@@ -347,11 +312,11 @@ class MergedLinearAttention(nn.Module):
         ``N(0, star_std^2)`` entries, by default the same scale as the ``U_i`` entries,
         ``w_init / (sqrt(H) D)``; the paper does not say how it sets them.
         """
-        generator = _check_generator(generator)
-        w_init = _nonnegative_float("w_init", w_init)
+        generator = validate.generator(generator)
+        w_init = validate.nonnegative("w_init", w_init)
         D, H = self.D, self.H
         std_u = w_init / (np.sqrt(H) * D)
-        star_std = std_u if star_std is None else _nonnegative_float("star_std", star_std)
+        star_std = std_u if star_std is None else validate.nonnegative("star_std", star_std)
         opts = dict(generator=generator, device=generator.device, dtype=self.WV.dtype)
         with torch.no_grad():
             v = torch.randn(H, **opts) * (w_init / np.sqrt(H))
@@ -420,8 +385,8 @@ class CubicFeatureMLP(nn.Module):
 
     def __init__(self, D: int, H: int, *, order: str = "F", dtype=DTYPE, device=None):
         super().__init__()
-        self.D = _positive_int("D", D)
-        self.H = _positive_int("H", H)
+        self.D = validate.integer("D", D)
+        self.H = validate.integer("H", H)
         if order not in ("F", "C"):
             raise ValueError(f"order: expected 'F' or 'C', got {order!r}")
         self.order = order
@@ -557,12 +522,12 @@ def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int
     """
     import theory
 
-    N = _positive_int("N", N)
-    eta = _positive_float("eta", eta)
-    steps = _positive_int("steps", steps, low=0)
-    batch = _positive_int("batch", batch)
-    log_every = _positive_int("log_every", log_every)
-    generator = _check_generator(generator)
+    N = validate.integer("N", N)
+    eta = validate.positive("eta", eta)
+    steps = validate.integer("steps", steps, low=0)
+    batch = validate.integer("batch", batch)
+    log_every = validate.integer("log_every", log_every)
+    generator = validate.generator(generator)
     if not (hasattr(model, "predict") and hasattr(model, "effective_matrix")):
         raise ValueError("model: expected a model with predict(X) and effective_matrix()")
     lam = validate_covariance(Lambda)
@@ -622,8 +587,8 @@ def benchmark_steps(D: int, N: int, H: int, batch: int, steps: int, device="cpu"
                     threads: int | None = 1) -> float:
     """SGD steps per second of :class:`MergedLinearAttention` (sampling, forward, backward,
     update) on white tokens, after one warm-up step; float64, ``threads`` CPU threads."""
-    D, N, H = _positive_int("D", D), _positive_int("N", N), _positive_int("H", H)
-    batch, steps = _positive_int("batch", batch), _positive_int("steps", steps)
+    D, N, H = validate.integer("D", D), validate.integer("N", N), validate.integer("H", H)
+    batch, steps = validate.integer("batch", batch), validate.integer("steps", steps)
     device = torch.device(device)
     gen = torch.Generator(device=device)
     gen.manual_seed(0)

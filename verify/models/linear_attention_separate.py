@@ -35,15 +35,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from verify.models.linear_attention import (
-    DTYPE,
-    _as_param_tensor,
-    _as_tokens,
-    _check_generator,
-    _nonnegative_float,
-    _positive_float,
-    _positive_int,
-)
+from .. import validate
+from .linear_attention import DTYPE, _as_param_tensor, _as_tokens
 
 __all__ = ["SeparateLinearAttention"]
 
@@ -88,16 +81,16 @@ class SeparateLinearAttention(nn.Module):
     def __init__(self, D: int, H: int, R: int, N: int, softmax: bool = False, *,
                  rho: float | None = None, dtype=DTYPE, device=None):
         super().__init__()
-        self.D = _positive_int("D", D)
-        self.H = _positive_int("H", H)
-        self.R = _positive_int("R", R)
-        self.N = _positive_int("N", N)
+        self.D = validate.integer("D", D)
+        self.H = validate.integer("H", H)
+        self.R = validate.integer("R", R)
+        self.N = validate.integer("N", N)
         if not isinstance(softmax, (bool, np.bool_)):
             raise ValueError(f"softmax: expected True or False, got {softmax!r}")  # noqa: TRY004
         self.softmax = bool(softmax)
         if rho is not None and self.softmax:
             raise ValueError("rho: the softmax layer has no normaliser (rho = 1)")
-        self.rho = float(self.N) if rho is None else _positive_float("rho", rho)
+        self.rho = float(self.N) if rho is None else validate.positive("rho", rho)
         d = self.D + 1
         self.WV = nn.Parameter(torch.zeros(self.H, d, d, dtype=dtype, device=device))
         self.WK = nn.Parameter(torch.zeros(self.H, self.R, d, dtype=dtype, device=device))
@@ -194,11 +187,11 @@ class SeparateLinearAttention(nn.Module):
         default the key/query scale ``w_init / sqrt(H R D)``; the paper does not say how it
         sets them.
         """
-        generator = _check_generator(generator)
-        w_init = _nonnegative_float("w_init", w_init)
+        generator = validate.generator(generator)
+        w_init = validate.nonnegative("w_init", w_init)
         D, H, R = self.D, self.H, self.R
         std_kq = w_init / np.sqrt(H * R * D)
-        star_std = std_kq if star_std is None else _nonnegative_float("star_std", star_std)
+        star_std = std_kq if star_std is None else validate.nonnegative("star_std", star_std)
         opts = {"generator": generator, "device": generator.device, "dtype": self.WV.dtype}
         with torch.no_grad():
             v = torch.randn(H, **opts) * (w_init / np.sqrt(H))

@@ -44,6 +44,8 @@ from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 
+from .. import validate
+
 try:  # torch is needed only for the trainable model
     import torch
     from torch import nn
@@ -61,22 +63,10 @@ PARAMETRISATIONS = ("full", "sparse", "gdpp")
 # =====================================================================================
 # Validation
 # =====================================================================================
-def _as_array(name: str, value, ndim: int | tuple[int, ...]) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected real numbers, got {type(value).__name__}") from None
-    ndims = (ndim,) if isinstance(ndim, int) else ndim
-    if arr.ndim not in ndims:
-        raise ValueError(f"{name}: expected {' or '.join(map(str, ndims))} dimensions, "
-                         f"got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name}: contains NaN or infinity")
-    return arr
 
 
 def _tokens(Z0) -> np.ndarray:
-    Z = _as_array("Z0", Z0, (2, 3))
+    Z = validate.real_array("Z0", Z0, (2, 3))
     if Z.ndim == 2:
         Z = Z[None]
     if Z.shape[1] < 2 or Z.shape[2] < 2:
@@ -89,7 +79,7 @@ def _layer_stack(name: str, mats, size: int | None) -> np.ndarray:
     if isinstance(mats, np.ndarray) and mats.ndim == 2:
         raise ValueError(f"{name}: expected a list of L matrices (or an (L, k, k) array), "
                          "got a single matrix; wrap it in a list")
-    arr = _as_array(name, mats if not isinstance(mats, (list, tuple)) else list(mats), 3)
+    arr = validate.real_array(name, mats if not isinstance(mats, (list, tuple)) else list(mats), 3)
     if arr.shape[0] < 1:
         raise ValueError(f"{name}: expected at least one layer")
     if arr.shape[1] != arr.shape[2]:
@@ -236,8 +226,8 @@ def _gd_data(data) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise ValueError("data: expected Prompts or a pair (X, y) with X (B, d, n + 1) and "
                          "y (B, n) or (B, n + 1)")
-    X = _as_array("X", data[0], 3)
-    y = _as_array("y", data[1], 2)
+    X = validate.real_array("X", data[0], 3)
+    y = validate.real_array("y", data[1], 2)
     n = X.shape[2] - 1
     if n < 1 or y.shape[0] != X.shape[0] or y.shape[1] not in (n, n + 1):
         raise ValueError(f"y: expected shape ({X.shape[0]}, {n}) or ({X.shape[0]}, {n + 1}) "
@@ -292,7 +282,7 @@ def dist_to_identity(M) -> np.ndarray:
     -------
     ndarray (...)
     """
-    M = _as_array("M", M, (2, 3, 4))
+    M = validate.real_array("M", M, (2, 3, 4))
     if M.shape[-1] != M.shape[-2]:
         raise ValueError(f"M: expected square matrices, got shape {M.shape}")
     d = M.shape[-1]
@@ -304,35 +294,6 @@ def dist_to_identity(M) -> np.ndarray:
 # =====================================================================================
 # torch
 # =====================================================================================
-def _positive_int(name: str, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
-    if int(value) < low:
-        raise ValueError(f"{name}: must be >= {low}, got {value}")
-    return int(value)
-
-
-def _positive_float(name: str, value, allow_zero: bool = False) -> float:
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a real number, got {value!r}") from None
-    if not np.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
-        raise ValueError(f"{name}: must be a finite number {'>=' if allow_zero else '>'} 0, "
-                         f"got {value!r}")
-    return x
-
-
-def _check_generator(generator):
-    if not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
-    return generator
-
-
-def _validate_sigma(Sigma) -> np.ndarray:
-    from theory.params import covariance
-
-    return covariance("Sigma", "covariance of the covariates").validate(Sigma, {})
 
 
 class TokenBatch(NamedTuple):
@@ -365,14 +326,14 @@ def sample_tokens_torch(Sigma, n: int, batch: int, *, generator, task: str = "in
     chol : Tensor (d, d), optional
         Precomputed lower Cholesky factor on ``device``.
     """
-    n = _positive_int("n", n)
-    batch = _positive_int("batch", batch)
-    generator = _check_generator(generator)
+    n = validate.integer("n", n)
+    batch = validate.integer("batch", batch)
+    generator = validate.generator(generator)
     if task not in ("inverse", "identity"):
         raise ValueError(f"task: expected 'inverse' or 'identity', got {task!r}")
     device = torch.device(device) if device is not None else generator.device
     if chol is None:
-        chol = torch.as_tensor(np.linalg.cholesky(_validate_sigma(Sigma)), dtype=torch.float64,
+        chol = torch.as_tensor(np.linalg.cholesky(validate.covariance("Sigma", Sigma)), dtype=torch.float64,
                                device=device)
     d = chol.shape[0]
     x = torch.randn(batch, n + 1, d, generator=generator, device=device,
@@ -416,8 +377,8 @@ if torch is not None:
         def __init__(self, d: int, L: int, parametrisation: str = "full", *,
                      dtype=torch.float64, device=None):
             super().__init__()
-            self.d = _positive_int("d", d)
-            self.L = _positive_int("L", L)
+            self.d = validate.integer("d", d)
+            self.L = validate.integer("L", L)
             if parametrisation not in PARAMETRISATIONS:
                 raise ValueError(f"parametrisation: expected one of {PARAMETRISATIONS}, "
                                  f"got {parametrisation!r}")
@@ -453,8 +414,8 @@ if torch is not None:
 
         def init_(self, generator, std: float) -> "LinearTransformer":
             """i.i.d. ``N(0, std^2)`` entries for every trainable matrix, in place."""
-            generator = _check_generator(generator)
-            std = _positive_float("std", std, allow_zero=True)
+            generator = validate.generator(generator)
+            std = validate.nonnegative("std", std)
             with torch.no_grad():
                 for p in self.parameters():
                     p.copy_(torch.randn(p.shape, generator=generator, device=generator.device,
@@ -465,7 +426,7 @@ if torch is not None:
             """Set weights from arrays: ``A`` (and ``B``) for "sparse"/"gdpp", ``P, Q`` for
             "full" (shapes (L, d, d) and (L, d+1, d+1))."""
             def put(name, value, param, shape):
-                arr = _as_array(name, value.detach().cpu().numpy()
+                arr = validate.real_array(name, value.detach().cpu().numpy()
                                 if isinstance(value, torch.Tensor) else value, 3)
                 if arr.shape != shape:
                     raise ValueError(f"{name}: expected shape {shape}, got {arr.shape}")
@@ -721,11 +682,11 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         raise ValueError("model: torch is not installed")
     if not isinstance(model, LinearTransformer):
         raise ValueError(f"model: expected a LinearTransformer, got {type(model).__name__}")
-    n = _positive_int("n", n)
-    steps = _positive_int("steps", steps, low=0)
-    batch = _positive_int("batch", batch)
-    lr = _positive_float("lr", lr)
-    generator = _check_generator(generator)
+    n = validate.integer("n", n)
+    steps = validate.integer("steps", steps, low=0)
+    batch = validate.integer("batch", batch)
+    lr = validate.positive("lr", lr)
+    generator = validate.generator(generator)
     if optimizer not in ("adam", "adamw"):
         raise ValueError(f"optimizer: expected 'adam' or 'adamw', got {optimizer!r}")
     try:
@@ -734,22 +695,22 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         raise ValueError(f"betas: expected two numbers in [0, 1), got {betas!r}") from None
     if not (0 <= b1 < 1 and 0 <= b2 < 1):
         raise ValueError(f"betas: expected two numbers in [0, 1), got {betas!r}")
-    weight_decay = _positive_float("weight_decay", weight_decay, allow_zero=True)
+    weight_decay = validate.nonnegative("weight_decay", weight_decay)
     if halve_every is not None:
-        halve_every = _positive_int("halve_every", halve_every)
+        halve_every = validate.integer("halve_every", halve_every)
     if clip is not None:
-        clip = _positive_float("clip", clip)
-    resample_every = _positive_int("resample_every", resample_every)
-    log_every = _positive_int("log_every", log_every)
+        clip = validate.positive("clip", clip)
+    resample_every = validate.integer("resample_every", resample_every)
+    log_every = validate.integer("log_every", log_every)
     if stop_above is not None:
-        stop_above = _positive_float("stop_above", stop_above)
+        stop_above = validate.positive("stop_above", stop_above)
     if stall is not None:
         try:
             stall_step, stall_loss = stall
         except (TypeError, ValueError):
             raise ValueError(f"stall: expected a pair (step, loss), got {stall!r}") from None
-        stall = (_positive_int("stall step", stall_step), _positive_float("stall loss", stall_loss))
-    lam = _validate_sigma(Sigma)
+        stall = (validate.integer("stall step", stall_step), validate.positive("stall loss", stall_loss))
+    lam = validate.covariance("Sigma", Sigma)
     if lam.shape[0] != model.d:
         raise ValueError(f"Sigma: dimension {lam.shape[0]} does not match the model's d = {model.d}")
     device = torch.device(device) if device is not None else generator.device
@@ -783,7 +744,7 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
 
     old_threads = torch.get_num_threads()
     if threads is not None and device.type == "cpu":
-        torch.set_num_threads(_positive_int("threads", threads))
+        torch.set_num_threads(validate.integer("threads", threads))
     t0 = time.perf_counter()
     try:
         log(0, float("nan"))

@@ -42,6 +42,8 @@ import math
 
 import numpy as np
 
+from .. import validate
+
 try:  # torch is needed only for the trainable model and autograd
     import torch
     from torch import nn
@@ -55,22 +57,8 @@ __all__ = ["FORMS", "SelfAttentionLM", "noisy_walk", "train_language_model", "at
 FORMS = ("corrected", "printed")
 
 
-def _as_array(name: str, value, ndim: int) -> np.ndarray:
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected real numbers, got {type(value).__name__}") from None
-    if arr.ndim != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name}: contains NaN or infinity")
-    return arr
-
-
 def _square(name: str, value, d: int) -> np.ndarray:
-    arr = _as_array(name, value, 2)
+    arr = validate.real_array(name, value, 2)
     if arr.shape != (d, d):
         raise ValueError(f"{name}: expected shape ({d}, {d}), got {arr.shape}")
     return arr
@@ -87,11 +75,11 @@ def _temperature(value) -> float:
 
 
 def _inputs(X, y, W_QK, W_V, W_F, temperature):
-    X = _as_array("X", X, 3)
+    X = validate.real_array("X", X, 3)
     B, d, T = X.shape
     if T < 2:
         raise ValueError(f"X: needs at least 2 tokens, got T = {T}")
-    y = _as_array("y", y, 2)
+    y = validate.real_array("y", y, 2)
     if y.shape != (B, d):
         raise ValueError(f"y: expected shape ({B}, {d}), got {y.shape}")
     return (X, y, _square("W_QK", W_QK, d), _square("W_V", W_V, d), _square("W_F", W_F, d),
@@ -113,7 +101,7 @@ def linearised_coefficients(omega):
     -------
     u : (B, T), Gamma : (B, T, T) with ``Gamma[b, alpha, i] = gamma~^i_alpha``, gamma0 : (B, T).
     """
-    omega = _as_array("omega", omega, 2)
+    omega = validate.real_array("omega", omega, 2)
     B, T = omega.shape
     u = omega / T - omega.sum(axis=1, keepdims=True) / T**2 + 1.0 / T
     inside = (u >= 0) & (u <= 1)
@@ -205,7 +193,7 @@ def qk_gradient_expansion(X, y, W_QK, W_V, W_F, temperature):
 def eigenspectrum(W_QK) -> dict:
     """``mean = tr W_QK / d``, ``variance = d tr(S^2) - tr(S)^2`` (eq. 8 with Sigma = I for the
     symmetric part ``S`` of ``W_QK``), ``trace``, ``frobenius_sq = ||W_QK||_F^2`` (LOCATER's scale)."""
-    W = _as_array("W_QK", W_QK, 2)
+    W = validate.real_array("W_QK", W_QK, 2)
     if W.shape[0] != W.shape[1]:
         raise ValueError(f"W_QK: expected a square matrix, got shape {W.shape}")
     d = W.shape[0]
