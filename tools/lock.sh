@@ -7,7 +7,11 @@
 # chose, direct and transitive, to constraints.txt. To move torch to another release, edit its
 # line in constraints.txt first, then run this.
 #
-# Usage: tools/lock.sh [OUTPUT]      (default: constraints.txt; PYTHON picks the interpreter)
+# With KEEP=1 the current constraints.txt constrains the throwaway install instead of the torch pin
+# alone: every package already locked keeps its version and only new dependencies are resolved
+# (to the newest releases compatible with the lock). Use it after adding a dependency.
+#
+# Usage: [KEEP=1] tools/lock.sh [OUTPUT]   (default: constraints.txt; PYTHON picks the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-constraints.txt}
@@ -24,7 +28,12 @@ printf '%s\n' "$torch_pin" > "$tmp/torch.txt"
 "$python" -m venv "$tmp/venv"
 py="$tmp/venv/bin/python"
 "$py" -m pip install --quiet --upgrade pip
-"$py" -m pip install --quiet --constraint "$tmp/torch.txt" --editable ".[all]" --group dev
+if [ "${KEEP:-0}" = 1 ]; then
+    grep -vE '^(#|pip==)' constraints.txt > "$tmp/keep.txt"
+    "$py" -m pip install --quiet --constraint "$tmp/keep.txt" --editable ".[all]" --group dev
+else
+    "$py" -m pip install --quiet --constraint "$tmp/torch.txt" --editable ".[all]" --group dev
+fi
 
 {
     cat <<HEADER
