@@ -91,3 +91,15 @@ def strengths(p: Problem, product: np.ndarray) -> tuple[np.ndarray, float]:
     M = p.U.T @ product @ p.V
     off = M - np.diag(np.diag(M))
     return np.diag(M).copy(), float(np.max(np.abs(off)) / p.s[0])
+
+
+# -- the wrong hypotheses of the negative controls ------------------------------------------
+def wrong_rate(s, u0, t, tau):
+    """Negative control: the logistic at rate s instead of 2s (one of the two layers frozen)."""
+    e = np.exp(s * t / tau)
+    return s * e / (e - 1 + s / u0)
+
+
+def shallow(s, u0, t, tau):
+    """Negative control: a single-layer network, tau du/dt = s - u: an exponential approach."""
+    return s - (s - u0) * np.exp(-t / tau)

@@ -7,23 +7,12 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 
-from ..dynamics import flow, problem, strengths
+from ..dynamics import flow, problem, shallow, strengths, wrong_rate
 
 RTOL = 1e-10
 #: 100 times the integrator's relative tolerance: the logistic does not amplify a relative error
 #: of u (d ln u(t) / d ln u0 = 1 - u/s <= 1), so the error stays a few rtol (5 rtol at worst, seeds 0-19).
 TOLERANCE = 1e-8
-
-
-def wrong_rate(s, u0, t, tau):
-    """Negative control: the logistic at rate s instead of 2s (one of the two layers frozen)."""
-    e = np.exp(s * t / tau)
-    return s * e / (e - 1 + s / u0)
-
-
-def shallow(s, u0, t, tau):
-    """Negative control: a single-layer network, tau du/dt = s - u: an exponential approach."""
-    return s - (s - u0) * np.exp(-t / tau)
 
 
 @check("saxe_linear.modes.flow_matrix", method="exact_flow",

@@ -7,8 +7,7 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 
-from ..dynamics import problem
-from .flow import shallow, wrong_rate
+from ..dynamics import problem, shallow, wrong_rate
 
 
 @check("saxe_linear.modes.torch_gradient_descent", method="torch", needs=["torch"],
