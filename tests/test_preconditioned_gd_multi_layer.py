@@ -358,14 +358,14 @@ def test_gdpp_control_box_keeps_the_gradients_away_from_zero():
     >= 0.11 on the 9^3 grid; here a 4^3 grid, corners included)."""
     import itertools
 
-    from verify.checks.preconditioned_gd.gdpp import GDPP_BOX, _gdpp_scales
+    from verify.flows.gdpp import GDPP_BOX, gdpp_scales
 
     lo = np.r_[GDPP_BOX["a_low"], GDPP_BOX["b_low"][0]]
     hi = np.r_[GDPP_BOX["a_high"], GDPP_BOX["b_high"][0]]
     for t in itertools.product(np.linspace(0, 1, 4), repeat=3):
         a0, a1, b0 = lo + np.asarray(t) * (hi - lo)
-        g_A, g_B0 = _gdpp_scales(20, 5, [-a0, -a1], [b0, 0.5])
+        g_A, g_B0 = gdpp_scales(20, 5, [-a0, -a1], [b0, 0.5])
         assert g_B0 >= 0.06 and np.max(np.abs(g_A)) >= 0.1, (a0, a1, b0, g_A, g_B0)
     # the former box held a point where grad_B_0 vanishes (the wrong form held there)
-    g_A, g_B0 = _gdpp_scales(20, 5, [-0.766, -0.613], [0.86, 0.681])
+    g_A, g_B0 = gdpp_scales(20, 5, [-0.766, -0.613], [0.86, 0.681])
     assert abs(g_B0) < 0.01

@@ -1,9 +1,10 @@
-"""Helpers of the ATTN_S dynamics checks (verify/checks/linear_attention/separate_dynamics.py)."""
+"""The ATTN_S dynamics library (verify/flows/separate_ranks.py, verify/tasks/wishart.py,
+verify/models/linear_attention_training.py)."""
 
 import numpy as np
 import pytest
 
-from verify.checks.linear_attention.separate_dynamics import (
+from verify.flows.separate_ranks import (
     escape_correction,
     long_plateaus,
     midpoint_value_fraction,
@@ -48,7 +49,7 @@ def test_long_plateaus_rejects_bad_input(args, name):
 
 
 def test_literal_divides_pattern_is_the_wrong_way_round():
-    from verify.checks.linear_attention.separate_dynamics import literal_divides_pattern
+    from verify.flows.separate_ranks import literal_divides_pattern
 
     assert literal_divides_pattern(4, 2).tolist() == [False, True, True, False]
     assert literal_divides_pattern(8, 4).tolist() == [False, True, True, False, True, False, False, False]
@@ -59,8 +60,8 @@ def test_literal_divides_pattern_is_the_wrong_way_round():
 def test_wishart_betas_have_the_moments_of_eq_29_31():
     # E[beta w^T] = E[Lambda_hat] = Lambda, E[beta beta^T] = E[Lambda_hat^2] (eq. 31)
     import theory
-    from verify.checks.linear_attention.separate import sample_wishart_betas
     from verify.stats import batch_mean, z_threshold
+    from verify.tasks.wishart import sample_wishart_betas
 
     rng = np.random.default_rng(4)
     q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
@@ -81,7 +82,7 @@ def test_wishart_betas_have_the_moments_of_eq_29_31():
 
 
 def test_torch_ranks_from_the_environment_value():
-    from verify.checks.linear_attention.separate_torch import FULL_TRAINING, selected_ranks
+    from verify.models.linear_attention_training import FULL_TRAINING, selected_ranks
 
     assert selected_ranks(FULL_TRAINING, None) == (1, 2, 4, 8)
     assert selected_ranks(FULL_TRAINING, "8") == (8,)
@@ -92,7 +93,7 @@ def test_torch_ranks_from_the_environment_value():
 
 
 def _tiny_setting(max_steps=20_000):
-    from verify.checks.linear_attention.separate_torch import TrainingSetting
+    from verify.models.linear_attention_training import TrainingSetting
 
     return TrainingSetting("tiny: D=2, N=7, H=2", D=2, N=7, H=2, ranks=(1, 2), eig=(2.0, 1.0),
                            w_init=5e-2, eta=0.2, batch=500, log_every=5, max_steps=max_steps)
@@ -102,8 +103,8 @@ def test_torch_training_full_code_path_on_a_tiny_setting():
     # the full-profile path (several ranks, one spawned stream per rank, horizon from the flow,
     # log_every > 1) with reduced sizes; a rank run alone starts from the same draw
     pytest.importorskip("torch")
+    from verify.models.linear_attention_training import RUN_PAST_LAST_DROP, run_training
     from verify.registry import Context
-    from verify.checks.linear_attention.separate_torch import RUN_PAST_LAST_DROP, run_training
 
     cid = "linear_attention.separate.torch_training"
     out = run_training(Context(cid, profile="full"), _tiny_setting())
@@ -120,8 +121,8 @@ def test_torch_training_full_code_path_on_a_tiny_setting():
 
 def test_torch_training_horizon_cap_is_an_error():
     pytest.importorskip("torch")
+    from verify.models.linear_attention_training import run_training
     from verify.registry import Context
-    from verify.checks.linear_attention.separate_torch import run_training
 
     with pytest.raises(RuntimeError, match="^horizon"):
         run_training(Context("linear_attention.separate.torch_training", profile="full"),
@@ -134,8 +135,8 @@ def test_torch_training_float32_setting_and_bad_dtype():
     pytest.importorskip("torch")
     import dataclasses
 
+    from verify.models.linear_attention_training import FULL_TRAINING, run_training
     from verify.registry import Context
-    from verify.checks.linear_attention.separate_torch import FULL_TRAINING, run_training
 
     assert FULL_TRAINING.dtype == "float32"
     cid = "linear_attention.separate.torch_training"
@@ -153,7 +154,7 @@ def test_torch_training_float32_setting_and_bad_dtype():
 def test_resolvable_drops_merges_crossings_without_a_block_between():
     """Crossings in the same or adjacent blocks are one drop to the block-mean counter
     (quick-profile seed 8: t = 212 and 245 with blocks of 40); two blocks apart are two."""
-    from verify.checks.linear_attention.separate_torch import resolvable_drops
+    from verify.models.linear_attention_training import resolvable_drops
 
     nan = float("nan")
     assert resolvable_drops([212.2, 244.6, nan], 40.0) == 1

@@ -8,7 +8,9 @@ reverse.
 Layout
 ------
 registry.py Check, Outcome, Control, the registry of checks, run_check
+outcomes.py builders of the common outcomes: Monte Carlo z-test, exact identity, their controls
 stats.py    means with standard errors, z-scores, family-wise thresholds
+jsonable.py strict JSON of what checks return (results.json)
 tasks/      samplers of the papers' data (in-context regression, ...)
 flows/      exact expected-loss gradient flows (numpy/scipy)
 models/     torch modules: real attention layers
@@ -19,17 +21,20 @@ cli.py      the command line
 Extension API
 -------------
 :func:`check` registers a check function ``f(ctx: Context) -> Outcome``; an :class:`Outcome` carries
-its :class:`Control` negative controls; :func:`register_topic_checks` registers a topic's
+its :class:`Control` negative controls (:func:`z_test` and :func:`exact_identity` build the common
+kinds, :func:`z_control` and :func:`exact_control` their controls); :func:`register_topic_checks` registers a topic's
 symbolic and high-precision checks. Check modules are discovered: the modules under
 ``verify/checks/`` (recursively), then every installed package named in the entry-point group
 ``attention_dynamics_theory.checks`` (see ``docs/adding-a-paper.md``).
 """
 
 __all__ = ["Check", "CheckResult", "Context", "Control", "Outcome", "check", "all_checks", "get_check",
-           "run_check", "register_topic_checks"]
+           "run_check", "register_topic_checks", "z_test", "z_control", "exact_identity", "exact_control",
+           "to_jsonable"]
 
 #: The module each public name lives in (imported on first use).
-_HOME = {"register_topic_checks": "symbolic"}
+_HOME = {"register_topic_checks": "symbolic", "z_test": "outcomes", "z_control": "outcomes",
+         "exact_identity": "outcomes", "exact_control": "outcomes", "to_jsonable": "jsonable"}
 
 
 def __getattr__(name: str):

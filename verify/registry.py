@@ -37,6 +37,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from verify.jsonable import to_jsonable
+
 __all__ = ["Check", "CheckResult", "Context", "Control", "Outcome", "check", "all_checks", "aliases",
            "get_check", "run_check", "METHODS", "PROFILES"]
 
@@ -135,7 +137,7 @@ class CheckResult:
 
     def as_json(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k != "figures"}
-        return _jsonable(d)
+        return to_jsonable(d)
 
 
 @dataclass
@@ -284,24 +286,3 @@ def run_check(chk: Check, profile: str = "quick", seed: int = 0, device: str = "
         error=error, traceback=trace, figures=out.figures,
     )
 
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        v = float(x)
-        return v if np.isfinite(v) else str(v)
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.bool_,)):
-        return bool(x)
-    if hasattr(x, "item") and callable(x.item):  # torch scalars
-        try:
-            return _jsonable(x.item())
-        except (ValueError, RuntimeError):
-            return _jsonable(x.tolist())
-    return x

@@ -70,6 +70,8 @@ __all__ = ["write_report", "write_files", "metadata", "source_commit", "render_f
 #: The entries of a report folder.
 REPORT_FILES = ("results.json", "report.md")
 FIGURES = "figures"
+#: The results store of a run (verify.results) and SQLite's write-ahead files beside it.
+STORE_FILES = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm")
 
 _PACKAGES = ("numpy", "scipy", "sympy", "mpmath", "torch", "matplotlib")
 
@@ -160,19 +162,6 @@ def paper_heading(check_id: str) -> str:
 def group_of(check_id: str) -> str:
     """The topic of a check: the first two components of its id."""
     return ".".join(check_id.split(".")[:2])
-
-
-def _clean(x):
-    """Strict JSON: non-finite floats and unknown objects become strings."""
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
-        return x
-    if isinstance(x, float):
-        return x if math.isfinite(x) else str(x)
-    return str(x)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -344,14 +333,16 @@ def report_kind(path, ignore: Iterable[str] = ()) -> str:
     named in ``ignore`` are left out.
 
     A report is a folder holding a ``results.json`` written by :func:`write_report` and
-    nothing but ``report.md`` and ``figures/`` (PNG files) besides.
+    nothing but ``report.md`` and ``figures/`` (PNG files) besides; the results store
+    (:data:`STORE_FILES`, written during the run) may be there too, in any kind of report
+    folder.
     """
     path = Path(path)
     if not path.exists():
         return "file" if path.is_symlink() else "missing"
     if not path.is_dir():
         return "file"
-    names = {p.name for p in path.iterdir()} - set(ignore)
+    names = {p.name for p in path.iterdir()} - set(ignore) - set(STORE_FILES)
     if not names:
         return "empty"
     if "results.json" not in names or not names <= {*REPORT_FILES, FIGURES}:
@@ -559,6 +550,8 @@ def write_files(results: Iterable, out_dir, *, profile: str, seed: int | None, d
     says so). ``results.json`` is written first, so the numbers are safe before the figures
     are drawn.
     """
+    from verify.jsonable import to_jsonable  # numpy is loaded only when a report is written
+
     results = list(results)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -578,7 +571,7 @@ def write_files(results: Iterable, out_dir, *, profile: str, seed: int | None, d
         doc["pass_rates"] = rates
     doc["results"] = records
     json_path = out / "results.json"
-    _write_atomic(json_path, json.dumps(_clean(doc), indent=2, allow_nan=False) + "\n")
+    _write_atomic(json_path, json.dumps(to_jsonable(doc), indent=2, allow_nan=False) + "\n")
 
     multi = len({r.seed for r in results}) > 1
     drawn, figure_notes = _render_all(results, out, multi) if figures else ({}, {})

@@ -196,7 +196,7 @@ plt.show()
 # $[Q_\ell]_{d+1,d+1}$, zero in eq. 11, have a non-zero gradient at the second minimum.
 
 # %%
-from verify.checks.preconditioned_gd.gdpp import gdpp_minima  # noqa: E402
+from verify.flows.gdpp import gdpp_minima  # noqa: E402
 
 minima = gdpp_minima(n, d)
 sparse_best = float(record("preconditioned_gd.multi_layer.optimal_loss")(n=n, d=d, L=2))

@@ -12,7 +12,8 @@ from verify.registry import Outcome
 from verify.stats import batch_mean
 
 __all__ = ["N_CONTEXT", "DIM", "STOP_ABOVE", "sqrt_psd", "paired_loss", "experiment_covariance",
-           "loss_trajectory", "stopped_outcome", "window_mean"]
+           "loss_trajectory", "stopped_outcome", "window_mean", "train_sparse", "sparse_run_statistics",
+           "sparse_figures"]
 
 #: The paper's sizes (§4.3): context length and dimension.
 N_CONTEXT, DIM = 20, 5
@@ -77,3 +78,59 @@ def window_mean(log: np.ndarray, frac: float = 0.1) -> np.ndarray:
     """Average of the last ``frac`` of the logged weights (damps the last steps' SGD noise)."""
     k = max(1, int(round(len(log) * frac)))
     return log[-k:].mean(axis=0)
+
+
+def train_sparse(ctx, d: int, L: int, n: int, Sigma, settings: dict):
+    """Adam on the sparse L-layer transformer (eq. 8) from ``A_l`` entries ``N(0, 1e-3^2)``."""
+    from verify.models.linear_transformer import LinearTransformer, train_adam
+
+    gen = ctx.torch_generator(ctx.device)
+    model = LinearTransformer(d, L, "sparse", device=ctx.device).init_(gen, 1e-3)
+    return train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
+                      stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings)
+
+
+def sparse_run_statistics(rng, Sigma, n: int, total: int, run, a_star):
+    """A finished sparse run against Theorem 3's optimum ``A_l = a*_l Sigma^{-1}``: the learned
+    ``A_l`` (last 10 % of the logged iterates), ``M_l = Sigma^{1/2} A_l Sigma^{1/2}``,
+    ``Dist(M_l, I)``, ``Dist(A_l, I)``, the sorted steps ``tr M_l / d`` and the held-out loss
+    paired with the optimum's on ``total`` prompts of ``rng``."""
+    from verify.models.linear_transformer import dist_to_identity, sparse_layers
+
+    d = Sigma.shape[0]
+    Sh, Sinv = sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
+    A = window_mean(run.A_log)
+    M = np.einsum("ij,ljk,km->lim", Sh, A, Sh)
+    steps = np.sort(np.trace(M, axis1=1, axis2=2) / d)
+    est = paired_loss(rng, Sigma, n, total, sparse_layers(A), sparse_layers(a_star[:, None, None] * Sinv))
+    return A, M, dist_to_identity(M), dist_to_identity(A), steps, est
+
+
+def sparse_figures(run, Sigma, A, M, a_star, L: int) -> dict:
+    """``Dist`` of each layer's preconditioner during training, and the learned
+    ``Sigma^{1/2} A_l Sigma^{1/2}`` next to ``a*_l I`` (layers in ascending step order)."""
+    from verify.models.linear_transformer import dist_to_identity
+
+    d = Sigma.shape[0]
+    Sh = sqrt_psd(Sigma, 0.5)
+    dist = {
+        "kind": "lines", "title": f"Sparse transformer, L={L}: Dist during training",
+        "xlabel": "Adam step", "ylabel": "Dist(., I)",
+        "series": [{"label": f"Dist(Sigma^1/2 A_{l} Sigma^1/2, I)", "x": run.step.tolist(),
+                    "y": dist_to_identity(np.einsum("ij,tjk,km->tim", Sh, run.A_log[:, l],
+                                                    Sh)).tolist()} for l in range(L)]
+        + [{"label": f"Dist(A_{l}, I)", "style": "--", "x": run.step.tolist(),
+            "y": dist_to_identity(run.A_log[:, l]).tolist()} for l in range(L)],
+    }
+    # learned Sigma^1/2 A_l Sigma^1/2 (layers in ascending step order) next to a*_l I
+    order = np.argsort(np.trace(M, axis1=1, axis2=2))
+    panels = []
+    for rank, l in enumerate(order):
+        panels += [{"label": f"learned Sigma^1/2 A_{l} Sigma^1/2", "matrix": M[l].tolist()},
+                   {"label": f"predicted a*_{rank} I = {a_star[rank]:.3f} I",
+                    "matrix": (a_star[rank] * np.eye(d)).tolist()}]
+    panels.append({"label": "learned A (first layer): not a multiple of I", "matrix": A[order[0]].tolist()})
+    matrices = {"kind": "heatmaps",
+                "title": f"Sparse transformer, L={L}: learned vs predicted preconditioners",
+                "panels": panels}
+    return {f"dist_L{L}": dist, f"matrices_L{L}": matrices}

@@ -30,6 +30,14 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.flows import merged as fm
+from verify.flows.merged_runs import (
+    aligned_half_drop,
+    aligned_sigma_run,
+    lines_figure,
+    plateau_figures,
+    random_start_sigma,
+    series,
+)
 from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import random_covariance
 
@@ -39,23 +47,6 @@ D, N, H, TAU = 4, 31, 8, 1.0
 SPECTRUM = (0.4, 0.3, 0.2, 0.1)
 #: ODE relative tolerance used throughout.
 RTOL = 1e-10
-#: Largest number of points kept per figure series.
-_FIG_POINTS = 400
-#: Largest number of markers per simulated series.
-_FIG_MARKERS = 80
-
-
-
-
-def _series(x, y, label: str, style: str = "-") -> dict:
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    step = max(1, x.size // (_FIG_POINTS if style != "o" else _FIG_MARKERS))
-    return {"label": label, "x": x[::step].tolist(), "y": y[::step].tolist(), "style": style}
-
-
-def _lines(title: str, ylabel: str, series: list, xlabel: str = "t/τ", **scales) -> dict:
-    return {"kind": "lines", "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series,
-            **scales}
 
 
 def _printed_numpy(id: str):
@@ -70,12 +61,6 @@ def _printed_numpy(id: str):
     return call
 
 
-def _sigma_of(v, U) -> float:
-    """Projection of M on the identity: tr(M) / D (M = sigma I for Lambda = I, eq. 10)."""
-    M = np.tensordot(v, U, axes=1)
-    return float(np.trace(M)) / M.shape[0]
-
-
 # -- (a) eq. 10 from a balanced, aligned start --------------------------------------------
 @check("linear_attention.merged.flow_sigmoid_aligned",
        covers=["linear_attention.merged.sigma", "linear_attention.merged.white_loss",
@@ -85,48 +70,28 @@ def _sigma_of(v, U) -> float:
              "start (Lambda = I_4, N = 31, H = 8)")
 def flow_sigmoid_aligned(ctx):
     mo = fm.moments(np.eye(D), N)
-    sig_inf = _cf("linear_attention.merged.sigma_infinity", D=D, N=N)
     printed_sigma = _printed_numpy("linear_attention.merged.sigma")
     sigma_erratum = bool(theory.get("linear_attention.merged.sigma").erratum)
     rows, worst, worst_ctrl, worst_printed = [], 0.0, np.inf, 0.0
     exp_ctrl, exp_printed = np.inf, 0.0  # expected control statistics: wrong vs eq. 10 (closed forms)
     fig_sigma, fig_loss = [], []
     for w in (1e-1, 1e-3, 1e-6):
-        t_half = _cf("linear_attention.merged.half_rise_time", tau=TAU, D=D, N=N, w_init=w)
-        t = np.linspace(0.0, t_half + 8.0 * TAU, 3001)
-        v, U = fm.init_aligned(H, D, w)
-        res = fm.integrate(mo, None, v, U, tau=TAU, t_eval=t, rtol=RTOL, dense=True)
-        sig_ode = res.M[:, 0, 0]
-        off = float(np.max(np.abs(res.M - sig_ode[:, None, None] * np.eye(D))))
-        sig10 = _cf("linear_attention.merged.sigma", t=t, tau=TAU, D=D, N=N, w_init=w)
-        loss51 = _cf("linear_attention.merged.white_loss", t=t, tau=TAU, D=D, N=N, w_init=w)
-        d_sig = float(np.max(np.abs(sig_ode - sig10)))
-        d_loss = float(np.max(np.abs(res.loss - loss51)))
-        d_inf = abs(float(sig_ode[-1]) - sig_inf)
-        t_half_ode = res.crossing(sig_ode, 0.5 * sig_inf, _sigma_of)
-        d_half = abs(t_half_ode - t_half)
-        # negative control: the rate of the GD-on-L/2 convention (tau -> 2 tau)
-        wrong = _cf("linear_attention.merged.sigma", t=t, tau=2 * TAU, D=D, N=N, w_init=w)
-        d_wrong = float(np.max(np.abs(sig_ode - wrong)))
-        exp_ctrl = min(exp_ctrl, float(np.max(np.abs(sig10 - wrong))))
+        row, t, res, sig_ode, sig10, loss51, exp = aligned_sigma_run(mo, H, w, printed_sigma, tau=TAU, rtol=RTOL)
+        rows.append(row)
+        d_sig, d_loss, off, d_inf, d_half, d_wrong, d_printed = (row[k] for k in (
+            "max_abs_sigma_err", "max_abs_loss_err", "max_off_identity", "sigma_end_minus_sigma_inf",
+            "abs_t_half_err", "max_abs_err_tau_2tau", "max_abs_err_printed"))
+        exp_ctrl = min(exp_ctrl, exp["tau_2tau"])
         if printed_sigma is not None:
-            exp_printed = max(exp_printed, float(np.max(np.abs(
-                sig10 - printed_sigma(t=t, tau=TAU, D=D, N=N, w_init=w)))))
-        d_printed = (float(np.max(np.abs(sig_ode - printed_sigma(t=t, tau=TAU, D=D, N=N, w_init=w))))
-                     if printed_sigma is not None else float("nan"))
-        rows.append({"w_init": w, "max_abs_sigma_err": d_sig, "max_abs_loss_err": d_loss,
-                     "max_off_identity": off, "sigma_end_minus_sigma_inf": d_inf,
-                     "t_half_ode": t_half_ode, "t_half_theory": t_half, "abs_t_half_err": d_half,
-                     "max_abs_err_tau_2tau": d_wrong, "max_abs_err_printed": d_printed,
-                     "nfev": res.nfev})
+            exp_printed = max(exp_printed, exp["printed"])
         worst = max(worst, d_sig, d_loss, off, d_inf, d_half)
         worst_ctrl = min(worst_ctrl, d_wrong)
         if printed_sigma is not None:
             worst_printed = max(worst_printed, d_printed)
-        fig_sigma += [_series(t, sig_ode, f"ODE, w_init={w:g}", "o"),
-                      _series(t, sig10, f"eq. 10, w_init={w:g}", "-")]
-        fig_loss += [_series(t, res.loss, f"ODE, w_init={w:g}", "o"),
-                     _series(t, loss51, f"eq. 51, w_init={w:g}", "-")]
+        fig_sigma += [series(t, sig_ode, f"ODE, w_init={w:g}", "o"),
+                      series(t, sig10, f"eq. 10, w_init={w:g}", "-")]
+        fig_loss += [series(t, res.loss, f"ODE, w_init={w:g}", "o"),
+                     series(t, loss51, f"eq. 51, w_init={w:g}", "-")]
     tol = 1e-7
     controls = [Control("sigma with tau -> 2 tau (GD on L/2 read as the flow)", worst_ctrl, tol,
                         expected=exp_ctrl)]
@@ -146,9 +111,9 @@ def flow_sigmoid_aligned(ctx):
         controls=controls,
         details={"runs": rows, "printed_sigma_is_erratum": sigma_erratum,
                  "max_abs_err_printed_sigma": worst_printed},
-        figures={"sigma_aligned": _lines("σ(t) from a balanced, aligned start (Λ = I₄, N = 31)",
+        figures={"sigma_aligned": lines_figure("σ(t) from a balanced, aligned start (Λ = I₄, N = 31)",
                                          "σ(t) = M₁₁(t)", fig_sigma),
-                 "loss_aligned": _lines("Loss from a balanced, aligned start (Λ = I₄, N = 31)",
+                 "loss_aligned": lines_figure("Loss from a balanced, aligned start (Λ = I₄, N = 31)",
                                         "L(t)", fig_loss)},
     )
 
@@ -161,33 +126,15 @@ def flow_sigmoid_aligned(ctx):
 def flow_sigmoid_random_init(ctx):
     w = 1e-3
     mo = fm.moments(np.eye(D), N)
-    sig_inf = _cf("linear_attention.merged.sigma_infinity", D=D, N=N)
     t_half_w = _cf("linear_attention.merged.half_rise_time", tau=TAU, D=D, N=N, w_init=w)
     rows, fig = [], []
     for k, rng in enumerate(ctx.spawn(3)):
-        v, U = fm.init_merged(rng, H, D, w)
-        se = fm.s_eff(v, U, np.eye(D))
-        t_half_eff = _cf("linear_attention.merged.half_rise_time", tau=TAU, D=D, N=N,
-                         w_init=np.sqrt(se))
-        t = np.linspace(0.0, max(t_half_eff, t_half_w) + 8.0 * TAU, 3001)
-        res = fm.integrate(mo, None, v, U, tau=TAU, t_eval=t, rtol=RTOL, dense=True)
-        sig_ode = np.trace(res.M, axis1=1, axis2=2) / D
-        sig_eff = _cf("linear_attention.merged.sigma", t=t, tau=TAU, D=D, N=N, w_init=np.sqrt(se))
-        sig_raw = _cf("linear_attention.merged.sigma", t=t, tau=TAU, D=D, N=N, w_init=w)
-        t_half_ode = res.crossing(sig_ode, 0.5 * sig_inf, _sigma_of)
-        rows.append({
-            "seed_stream": k, "s_eff_over_w_init_sq": se / w**2,
-            "max_abs_err_s_eff": float(np.max(np.abs(sig_ode - sig_eff))),
-            "max_abs_err_w_init": float(np.max(np.abs(sig_ode - sig_raw))),
-            "max_abs_gap_eq10_w_init_vs_s_eff": float(np.max(np.abs(sig_eff - sig_raw))),
-            "max_off_identity": float(np.max(np.abs(res.M - sig_ode[:, None, None] * np.eye(D)))),
-            "delay_vs_eq10_tau": t_half_ode - t_half_w,
-            "delay_predicted_by_s_eff_tau": t_half_eff - t_half_w,
-            "t_half_ode": t_half_ode,
-        })
-        fig += [_series(t, sig_ode, f"ODE, init {k}", "o"),
-                _series(t, sig_eff, f"eq. 10 with s_eff, init {k}", "-")]
-    fig.append(_series(t, sig_raw, "eq. 10 with w_init² = 1e-6", "--"))
+        row, t, sig_ode, sig_eff, sig_raw = random_start_sigma(mo, fm.init_merged(rng, H, D, w), w,
+                                                               tau=TAU, rtol=RTOL)
+        rows.append({"seed_stream": k, **row})
+        fig += [series(t, sig_ode, f"ODE, init {k}", "o"),
+                series(t, sig_eff, f"eq. 10 with s_eff, init {k}", "-")]
+    fig.append(series(t, sig_raw, "eq. 10 with w_init² = 1e-6", "--"))
     disc = max(r["max_abs_err_s_eff"] for r in rows)
     raw = min(r["max_abs_err_w_init"] for r in rows)
     delays = [r["delay_vs_eq10_tau"] for r in rows]
@@ -205,7 +152,7 @@ def flow_sigmoid_random_init(ctx):
         controls=[Control("eq. 10 with the nominal w_init (no s_eff)", raw, tol,
                           expected=min(r["max_abs_gap_eq10_w_init_vs_s_eff"] for r in rows))],
         details={"runs": rows, "w_init": w, "t_half_eq10": t_half_w},
-        figures={"sigma_random_init": _lines(
+        figures={"sigma_random_init": lines_figure(
             "σ(t) from the eq.-34 random start (w_init = 1e-3): eq. 10 with s_eff",
             "tr M(t) / D", fig)},
     )
@@ -227,15 +174,10 @@ def plateau_slope(ctx):
     t_half, t54, fig_loss = [], [], []
     for w in ws:
         pt = _cf("linear_attention.merged.plateau_time", Lambda=Lam, tau=TAU, w_init=w)
-        t = np.linspace(0.0, pt + 25.0 * TAU, 2001)
-        v, U = fm.init_aligned(H, D, w, direction=mo.L2)
-        res = fm.integrate(mo, None, v, U, tau=TAU, t_eval=t, rtol=RTOL, dense=True)
-        level = 0.5 * (res.loss[0] + L_star)
-        th = res.crossing(res.loss, level,
-                          lambda v_, U_: float(fm.loss(mo, None, fm.effective_matrix(v_, U_))))
+        th, t, res = aligned_half_drop(mo, H, w, L_star, pt + 25.0 * TAU, tau=TAU, rtol=RTOL)
         t_half.append(th)
         t54.append(pt)
-        fig_loss.append(_series(t, res.loss, f"w_init={w:g}", "-"))
+        fig_loss.append(series(t, res.loss, f"w_init={w:g}", "-"))
     t_half, t54 = np.array(t_half), np.array(t54)
     slope = np.polyfit(x, t_half, 1)[0]
     slope_54 = np.polyfit(x, t54, 1)[0]
@@ -262,16 +204,7 @@ def plateau_slope(ctx):
         details={"ratio": ratio, "offset_t_half_minus_eq54": offsets.tolist(),
                  "w_init": ws.tolist(), "gamma": gamma, "L_star": L_star,
                  "eigenvalues": list(SPECTRUM)},
-        figures={
-            "plateau_half_times": _lines(
-                "Half-drop time vs ln(1/w_init), non-white Λ (0.4, 0.3, 0.2, 0.1)", "t½/τ",
-                [_series(x, t_half, "ODE half-drop", "o"), _series(x, t54, "eq. 54", "--"),
-                 _series(x, t54 + np.mean(offsets), f"eq. 54 + {np.mean(offsets):.2f} τ (offset "
-                         "not predicted)", ":")],
-                xlabel="ln(1/w_init)"),
-            "plateau_losses": _lines("Loss vs time for several w_init (aligned start)", "L(t)",
-                                     fig_loss),
-        },
+        figures=plateau_figures(x, t_half, t54, fig_loss),
     )
 
 
@@ -325,7 +258,7 @@ def conservation_and_convergence(ctx):
     }
     disc = max(parts.values())
     rank_ok = rank_ratio <= rank_bound
-    fig = [_series(t[1:], np.maximum(res.loss[1:] - L_star, 1e-17), "ODE: L(t) - L*", "-")]
+    fig = [series(t[1:], np.maximum(res.loss[1:] - L_star, 1e-17), "ODE: L(t) - L*", "-")]
     return Outcome(
         measured={"conservation_drift": drift_flow, "rel_err_M": rel_M, "loss_gap": gap,
                   "sigma2_over_sigma1": rank_ratio, "gd_drift_ratio": drift_ratio},
@@ -349,7 +282,7 @@ def conservation_and_convergence(ctx):
                  "loss_at": {str(tt): float(res.loss[np.searchsorted(t, tt)] - L_star)
                              for tt in (100.0, 300.0, 1000.0) if tt <= T_end},
                  "w_init": w},
-        figures={"convergence": _lines("Convergence to the global minimum (Fig.-1 spectrum)",
+        figures={"convergence": lines_figure("Convergence to the global minimum (Fig.-1 spectrum)",
                                        "L(t) − L*", fig, yscale="log")},
     )
 
@@ -482,11 +415,11 @@ def sgd_time_mapping(ctx):
                      "eta_gamma": eta * gamma, "steps": steps})
         worst, worst_ctrl = max(worst, err), min(worst_ctrl, err_bad)
         key = "gd_vs_flow_" + ("white" if name == "white" else "fig1_spectrum")
-        figs[key] = _lines(f"Gradient descent (η = {eta:g}) vs the flow, {name} "
+        figs[key] = lines_figure(f"Gradient descent (η = {eta:g}) vs the flow, {name} "
                            "(eq.-34 start, w_init = 1e-3)", "L",
-                           [_series(t, res.loss, "flow", "-"),
-                            _series(out.t, out.loss, "GD at t/τ = 2ηk", "--"),
-                            _series(eta * out.steps, out.loss, "GD at t/τ = ηk (wrong)", ":")])
+                           [series(t, res.loss, "flow", "-"),
+                            series(out.t, out.loss, "GD at t/τ = 2ηk", "--"),
+                            series(eta * out.steps, out.loss, "GD at t/τ = ηk (wrong)", ":")])
     tol = 0.02
     return Outcome(
         measured={r["case"]: r["two_eta_k"] for r in rows},

@@ -37,84 +37,12 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
-from verify.stats import batch_mean, rel_frobenius, z_threshold
+from verify.stats import rel_frobenius, z_threshold
 from verify.stats import evaluate as _cf
+from verify.tasks.feature_least_squares import EIGENVALUES, N_SMALL, feature_regression, unvec
 from verify.tasks.in_context_regression import (
-    CHUNK,
     random_covariance,
-    sample_task,
 )
-
-#: Spectrum of the non-white covariance used by these checks (random eigenvectors).
-EIGENVALUES = (1.0, 0.5, 0.2)
-
-
-#: Small context length, so that the 1/N terms are large.
-N_SMALL = 5
-
-
-
-
-def _vec(M: np.ndarray) -> np.ndarray:
-    """Column-major vec."""
-    return np.asarray(M).reshape(-1, order="F")
-
-
-def _unvec(v: np.ndarray, D: int) -> np.ndarray:
-    return np.asarray(v).reshape(D, D, order="F")
-
-
-def _schedule(total: int, chunk: int, marks) -> list[int]:
-    """Chunk sizes whose cumulative sums hit every mark below ``total``, then ``total``."""
-    cuts = sorted({int(m) for m in marks if 0 < m < total}
-                  | set(range(chunk, total, chunk)) | {total})
-    return list(np.diff([0, *cuts]))
-
-
-# -- least squares with sandwich standard errors -------------------------------------
-class _ScoreLeastSquares:
-    """Streaming least squares ``m_hat = A_hat^{-1} b_hat`` from per-unit ``A_i``, ``b_i``,
-    with the sandwich covariance evaluated at each hypothesised coefficient vector."""
-
-    def __init__(self, hypotheses: dict[str, np.ndarray]):
-        self.hyp = {k: np.asarray(v, dtype=float) for k, v in hypotheses.items()}
-        self.n = 0
-        self.sum_A = 0.0
-        self.sum_b = 0.0
-        self.sum_g = {k: 0.0 for k in self.hyp}
-        self.sum_gg = {k: 0.0 for k in self.hyp}
-
-    def add(self, A: np.ndarray, b: np.ndarray) -> None:
-        """``A``: (B, K, K), ``b``: (B, K)."""
-        self.n += b.shape[0]
-        self.sum_A = self.sum_A + A.sum(axis=0)
-        self.sum_b = self.sum_b + b.sum(axis=0)
-        for k, m in self.hyp.items():
-            g = b - A @ m
-            self.sum_g[k] = self.sum_g[k] + g.sum(axis=0)
-            self.sum_gg[k] = self.sum_gg[k] + g.T @ g
-
-    def fit(self) -> np.ndarray:
-        return np.linalg.solve(self.sum_A / self.n, self.sum_b / self.n)
-
-    def se(self, name: str) -> np.ndarray:
-        """Sandwich standard errors of ``m_hat`` under the hypothesis ``m_name``."""
-        n = self.n
-        A_inv = np.linalg.inv(self.sum_A / n)
-        g_bar = self.sum_g[name] / n
-        cov_g = (self.sum_gg[name] - n * np.outer(g_bar, g_bar)) / (n - 1)
-        return np.sqrt(np.diag(A_inv @ cov_g @ A_inv.T / n))
-
-    def z(self, name: str) -> np.ndarray:
-        """z-scores of ``m_hat - m_name`` with the sandwich covariance under ``m_name``."""
-        diff = np.linalg.solve(self.sum_A / self.n, self.sum_g[name] / self.n)  # = m_hat - m_name
-        return diff / self.se(name)
-
-    def expected_z(self, true: str, wrong: str) -> float:
-        """Expected max |z| of the hypothesis ``wrong`` when ``true`` holds:
-        max |m_wrong - m_true| / SE, with the SEs the statistic ``z(wrong)`` divides by (the
-        sandwich under ``wrong``, inflated by the misfit's residuals)."""
-        return float(np.max(np.abs(self.hyp[wrong] - self.hyp[true]) / self.se(wrong)))
 
 
 # -- (b) global minimum and duality ----------------------------------------------------
@@ -142,20 +70,11 @@ def mc_global_min(ctx):
     L_rand_no_1_over_N = float(np.trace(Lam) - 2 * np.trace(Lam @ M_rand @ Lam)
                                + np.trace(M_rand @ Lam @ M_rand.T @ Lam @ Lam))
 
-    losses = batch_mean()
-    ls = _ScoreLeastSquares({"eq11": _vec(M_star), "inverse": _vec(M_inf)})
-    for k in ctx.iterate(_schedule(total, CHUNK, []), "global min"):
-        task = sample_task(rng, Lam, N, int(k))
-        z = task.z
-        losses.add(np.stack([(task.y_q - task.predict(M_star)) ** 2,
-                             (task.y_q - task.predict(M_rand)) ** 2], axis=1))
-        ls.add(z[:, :, None] * z[:, None, :], task.y_q[:, None] * z)
-
-    est = losses.result()
+    est, ls = feature_regression(rng, Lam, N, total, M_star, M_rand, M_inf, ctx.iterate)
     z_star = float(est.z([L_star, L_rand])[0])
     z_rand = float(est.z([L_star, L_rand])[1])
     z_ls = ls.z("eq11")
-    M_hat = _unvec(ls.fit(), D)
+    M_hat = unvec(ls.fit(), D)
     z_crit = z_threshold(2 + D * D)
     disc = max(abs(z_star), abs(z_rand), float(np.max(np.abs(z_ls))))
     controls = [

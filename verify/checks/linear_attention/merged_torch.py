@@ -21,8 +21,15 @@ from __future__ import annotations
 
 import numpy as np
 
-import theory
 from verify import Control, Outcome, check
+from verify.models.merged_training import (
+    final_statistics,
+    merged_forward_outputs,
+    quadratic_part,
+    train_attention_and_mlp,
+    training_figures,
+    zero_block_norms,
+)
 from verify.stats import evaluate as _cf
 from verify.stats import rel_max, z_threshold
 
@@ -35,35 +42,9 @@ ROUNDOFF_RTOL = 1e-12
 HALF_TIME_RTOL = 0.05
 
 
-
-
-
-
 # =====================================================================================
 # Forward identity
 # =====================================================================================
-def _reference_predictions(X: np.ndarray, w: np.ndarray, v, U, v_vec, u_vec, N: int,
-                           query_in_xx: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """eq. M and the general D.1 expression, in numpy from the token matrices.
-
-    Returns ``(beta^T M x_q, r)`` where ``r`` (App. D.1, with eq. 28) is
-    ``sum_i [v_i^T (Lhat + x_q x_q^T / N) U_i + v_i beta^T U_i + (v_i^T beta) u_i^T
-    + v_i (w^T Lhat w) u_i^T] x_q``. ``query_in_xx=False`` drops the query's
-    ``x_q x_q^T / N`` term (a negative control: ``X X^T`` does contain the query column).
-    """
-    D = X.shape[1] - 1
-    x, y, x_q = X[:, :D, :N], X[:, D, :N], X[:, :D, N]
-    beta = np.einsum("bdn,bn->bd", x, y) / N
-    Lhat = np.einsum("bdn,ben->bde", x, x) / N
-    M = np.einsum("h,hij->ij", v, U)
-    eq_m = np.einsum("bi,ij,bj->b", beta, M, x_q)
-    K = Lhat + (np.einsum("bd,be->bde", x_q, x_q) / N if query_in_xx else 0.0)
-    t1 = np.einsum("hd,bde,hef,bf->b", v_vec, K, U, x_q)
-    t2 = np.einsum("h,bd,hde,be->b", v, beta, U, x_q)
-    t3 = np.einsum("hd,bd,he,be->b", v_vec, beta, u_vec, x_q)
-    wLw = np.einsum("bd,bde,be->b", w, Lhat, w)
-    t4 = np.einsum("h,b,he,be->b", v, wLw, u_vec, x_q)
-    return eq_m, t1 + t2 + t3 + t4
 
 
 @check("linear_attention.merged.torch_forward_identity",
@@ -79,51 +60,13 @@ def torch_forward_identity(ctx):
     (eqs. 6-7). Part 2, random vector blocks: it equals the general D.1 expression. Also
     ``beta = Lhat w`` and ``(1/N) sum y_n^2 = w^T Lhat w`` (eqs. 28-29).
     """
-    import torch
-
-    from verify.models.linear_attention import (
-        CubicFeatureMLP,
-        MergedLinearAttention,
-        sample_tokens,
-    )
     from verify.tasks.in_context_regression import random_covariance
 
     D, H, N, B = ctx.pick(quick=(4, 3, 7, 256), full=(6, 8, 31, 4096))
     Lam = random_covariance(ctx.rng, np.linspace(1.0, 0.2, D))
-    gen = ctx.torch_generator("cpu")
-    batch = sample_tokens(Lam, N, B, generator=gen)
-    X, w = batch.X, batch.w
-    Xn, wn = X.numpy(), w.numpy()
-
-    att = MergedLinearAttention(D, H, N)
-    with torch.no_grad():
-        att.WV.copy_(torch.randn(att.WV.shape, generator=gen, dtype=att.WV.dtype))
-        att.WKQ.copy_(torch.randn(att.WKQ.shape, generator=gen, dtype=att.WKQ.dtype))
-    v_vec = att.value_vectors().detach().numpy().copy()
-    u_vec = att.kq_vectors().detach().numpy().copy()
-    att.set_vector_blocks_(np.zeros((H, D)), np.zeros((H, D)))
-    v = att.value_scalars().detach().numpy().copy()
-    U = att.kq_blocks().detach().numpy().copy()
-    zero = np.zeros((H, D))
-
-    with torch.no_grad():
-        full = att(X)[:, D, N].numpy()
-        pred = att.predict(X).numpy()
-        mlp = CubicFeatureMLP(D, H).load_(v, U).predict(X).numpy()
-        mlp_c = CubicFeatureMLP(D, H, order="C").load_(v, U).predict(X).numpy()
-        rho1 = MergedLinearAttention(D, H, N, rho=N + 1)
-        rho1.WV.copy_(att.WV)
-        rho1.WKQ.copy_(att.WKQ)
-        rho1_pred = rho1(X)[:, D, N].numpy()
-        M_t = att.effective_matrix().numpy()
-    eq_m, _ = _reference_predictions(Xn, wn, v, U, zero, zero, N)
-
-    att.set_vector_blocks_(v_vec, u_vec)
-    with torch.no_grad():
-        full_g = att(X)[:, D, N].numpy()
-        pred_g = att.predict(X).numpy()
-    _, r9 = _reference_predictions(Xn, wn, v, U, v_vec, u_vec, N)
-    _, r9_noq = _reference_predictions(Xn, wn, v, U, v_vec, u_vec, N, query_in_xx=False)
+    o = merged_forward_outputs(Lam, N, H, B, ctx.torch_generator("cpu"))
+    Xn, wn, v, U, eq_m = o["X"], o["w"], o["v"], o["U"], o["eq. M"]
+    full, full_g, r9 = o["full"], o["full (vector blocks)"], o["D.1"]
 
     # eqs. 28-29 on the sampled data
     x, y = Xn[:, :D, :N], Xn[:, D, :N]
@@ -132,11 +75,11 @@ def torch_forward_identity(ctx):
 
     errors = {
         "attention (full forward) vs eq. M": rel_max(full, eq_m),
-        "attention predict() vs eq. M": rel_max(pred, eq_m),
-        "MLP(z), column-major vec, vs eq. M": rel_max(mlp, eq_m),
-        "effective_matrix() vs sum_i v_i U_i": rel_max(M_t, np.einsum("h,hij->ij", v, U)),
+        "attention predict() vs eq. M": rel_max(o["predict"], eq_m),
+        "MLP(z), column-major vec, vs eq. M": rel_max(o["MLP"], eq_m),
+        "effective_matrix() vs sum_i v_i U_i": rel_max(o["effective_matrix"], np.einsum("h,hij->ij", v, U)),
         "attention with v_i, u_i != 0 (full forward) vs D.1": rel_max(full_g, r9),
-        "attention with v_i, u_i != 0 (predict) vs D.1": rel_max(pred_g, r9),
+        "attention with v_i, u_i != 0 (predict) vs D.1": rel_max(o["predict (vector blocks)"], r9),
         "beta vs Lhat w (eq. 29)": rel_max(beta, np.einsum("bde,be->bd", Lhat, wn)),
         "(1/N) sum y_n^2 vs w^T Lhat w (eq. 28)": rel_max((y ** 2).mean(-1),
                                                           np.einsum("bd,bde,be->b", wn, Lhat, wn)),
@@ -147,12 +90,12 @@ def torch_forward_identity(ctx):
     transposed = np.einsum("bi,ji,bj->b", beta, np.einsum("h,hij->ij", v, U), Xn[:, :D, N])
     gap_transposed = rel_max(transposed, eq_m)
     controls = [
-        Control("MLP on row-major vec(beta x_q^T) = beta (x) x_q", rel_max(mlp_c, eq_m),
+        Control("MLP on row-major vec(beta x_q^T) = beta (x) x_q", rel_max(o["MLP row-major"], eq_m),
                 ROUNDOFF_RTOL, expected=gap_transposed),
-        Control("rho = N + 1 (query counted as context)", rel_max(rho1_pred, eq_m),
+        Control("rho = N + 1 (query counted as context)", rel_max(o["rho = N + 1"], eq_m),
                 ROUNDOFF_RTOL, expected=rel_max(eq_m * N / (N + 1), eq_m)),
-        Control("D.1 without the query's x_q x_q^T / N in X X^T", rel_max(full_g, r9_noq),
-                ROUNDOFF_RTOL, expected=rel_max(r9, r9_noq)),
+        Control("D.1 without the query's x_q x_q^T / N in X X^T", rel_max(full_g, o["D.1 without query"]),
+                ROUNDOFF_RTOL, expected=rel_max(r9, o["D.1 without query"])),
         Control("effective matrix transposed (beta^T M^T x_q)",
                 rel_max(full, np.einsum("bi,ji,bj->b", beta, np.einsum("h,hij->ij", v, U),
                                          Xn[:, :D, N])), ROUNDOFF_RTOL,
@@ -178,32 +121,6 @@ def torch_forward_identity(ctx):
 # =====================================================================================
 # Training
 # =====================================================================================
-def _quadratic_part(Lam, N, delta) -> float:
-    """``q(delta) = tr(delta Lambda delta^T E[Lhat^2])``, the quadratic part of L(M), from
-    the closed form: ``q(d) = (L(d) + L(-d)) / 2 - L(0)``. For the minimiser ``M*``,
-    ``L(M* + d) - L* = q(d)`` exactly."""
-    L = theory.get("linear_attention.merged.loss")
-    Z = np.zeros_like(delta)
-    return float(0.5 * (L(Lambda=Lam, N=N, M=delta) + L(Lambda=Lam, N=N, M=-delta))
-                 - L(Lambda=Lam, N=N, M=Z))
-
-
-def _window_stats(Lam, N, Ms: np.ndarray, n_blocks: int):
-    """Window average of the effective matrix and its noise scale (batch means).
-
-    Returns ``(M_bar, e_noise)`` with ``e_noise = E q(M_bar - E M_bar)`` estimated from the
-    spread of ``n_blocks`` consecutive block means: ``sum_b q(m_b - M_bar) / (n_b (n_b - 1))``.
-    """
-    K = (len(Ms) // n_blocks) * n_blocks
-    blocks = Ms[len(Ms) - K:].reshape(n_blocks, K // n_blocks, *Ms.shape[1:]).mean(1)
-    M_bar = blocks.mean(0)
-    e_noise = sum(_quadratic_part(Lam, N, b - M_bar) for b in blocks) / (n_blocks * (n_blocks - 1))
-    return M_bar, e_noise
-
-
-def _downsample(t, y, n: int = 600):
-    idx = np.unique(np.linspace(0, len(t) - 1, min(n, len(t))).round().astype(int))
-    return np.asarray(t)[idx].tolist(), np.asarray(y)[idx].tolist()
 
 
 @check("linear_attention.merged.torch_training",
@@ -234,11 +151,6 @@ def torch_training(ctx):
     """
 
     from verify.flows.merged import half_time, init_merged, integrate
-    from verify.models.linear_attention import (
-        CubicFeatureMLP,
-        MergedLinearAttention,
-        train_online_sgd,
-    )
     from verify.tasks.in_context_regression import random_covariance
 
     D, N, H = 4, 31, 8
@@ -251,18 +163,9 @@ def torch_training(ctx):
         setting = "white Lambda = I_4"
         w_init, eta, batch, steps, window = 1e-2, 0.0075, 500, 1200, 800
     n_blocks = 8
-    device = ctx.device
     v0, U0 = init_merged(ctx.rng, H, D, w_init)
-
-    gen = ctx.torch_generator(device)
-    att = MergedLinearAttention(D, H, N, device=device).init_(gen, w_init).load_(v0, U0)
-    state = gen.get_state()
-    run_a = train_online_sgd(att, Lam, N, eta=eta, steps=steps, batch=batch, generator=gen,
-                             device=device, iterate=ctx.iterate)
-    gen.set_state(state)  # the MLP sees the same batches
-    mlp = CubicFeatureMLP(D, H, device=device).load_(v0, U0)
-    run_m = train_online_sgd(mlp, Lam, N, eta=eta, steps=steps, batch=batch, generator=gen,
-                             device=device, iterate=ctx.iterate)
+    att, run_a, run_m = train_attention_and_mlp(ctx, Lam, N, H, v0, U0, w_init=w_init, eta=eta,
+                                                steps=steps, batch=batch)
     flow = integrate(Lam, N, v0, U0, t_eval=run_a.t)
 
     L_star = float(_cf("linear_attention.merged.global_min_loss", Lambda=Lam, N=N))
@@ -281,17 +184,8 @@ def torch_training(ctx):
 
     # 3: final loss of the window-averaged effective matrix vs L*
     z_crit = z_threshold(1)
-    finals = {}
-    for name, run in (("attention", run_a), ("MLP", run_m)):
-        Ms = run.M_log[-window:]
-        M_bar, e_noise = _window_stats(Lam, N, Ms, n_blocks)
-        excess = float(_cf("linear_attention.merged.loss", Lambda=Lam, N=N, M=M_bar)) - L_star
-        last = run.loss[-window:] - L_star
-        finals[name] = dict(M_bar=M_bar, e_noise=e_noise, excess=excess,
-                            ratio=excess / e_noise,
-                            ratio_limit=_quadratic_part(Lam, N, M_bar - M_inf) / e_noise,
-                            iterate_excess_mean=float(last.mean()),
-                            iterate_excess_std=float(last.std(ddof=1)))
+    finals = {name: final_statistics(Lam, N, run, window, n_blocks, L_star, M_inf)
+              for name, run in (("attention", run_a), ("MLP", run_m))}
     fa = finals["attention"]
     r_final = fa["ratio"] / z_crit**2
 
@@ -300,33 +194,9 @@ def torch_training(ctx):
              "final loss excess / (z_crit^2 e_noise)": r_final}
     discrepancy = max(parts.values())
 
-    w2 = float(np.linalg.norm(att.value_scalars().detach().cpu().numpy()))
-    W1 = float(np.linalg.norm(att.kq_blocks().detach().cpu().numpy()))
-    figures = {
-        "loss": {
-            "kind": "lines",
-            "title": f"Merged linear attention, {setting}, D={D}, N={N}, H={H}: "
-                     f"online SGD (eta={eta}, batch {batch}) vs exact flow",
-            "xlabel": "t/τ", "ylabel": "population loss L(M)",
-            "yscale": "log",
-            "series": [
-                {"label": "torch attention", **dict(zip("xy", _downsample(run_a.t, run_a.loss)))},
-                {"label": "torch MLP on z", "style": "--",
-                 **dict(zip("xy", _downsample(run_m.t, run_m.loss)))},
-                {"label": "exact gradient flow", "style": ":",
-                 **dict(zip("xy", _downsample(flow.t, flow.loss)))},
-                {"label": "L* (global minimum)", "style": "--",
-                 "x": [0.0, float(run_a.t[-1])], "y": [L_star, L_star]},
-            ],
-        },
-        "M": {
-            "kind": "heatmaps",
-            "title": "Learned effective matrix (window average) vs M* (eq. 11)",
-            "panels": [{"label": "attention: sum_i v_i U_i", "matrix": fa["M_bar"].tolist()},
-                       {"label": "MLP: vec^-1(W1^T w2)", "matrix": finals["MLP"]["M_bar"].tolist()},
-                       {"label": "M* (eq. 11)", "matrix": M_star.tolist()}],
-        },
-    }
+    figures = training_figures(f"Merged linear attention, {setting}, D={D}, N={N}, H={H}: "
+                               f"online SGD (eta={eta}, batch {batch}) vs exact flow",
+                               run_a, run_m, flow, L_star, finals, M_star)
     return Outcome(
         measured={"t_half attention": th_att, "t_half MLP": th_mlp,
                   "L(M_bar) attention": fa["excess"] + L_star,
@@ -352,12 +222,12 @@ def torch_training(ctx):
             Control("final M_bar vs the N -> infinity limit Lambda^{-1} (in-context least "
                     "squares with the true covariance): q(M_bar - Lambda^{-1}) / e_noise",
                     fa["ratio_limit"], z_crit**2,
-                    expected=float(_quadratic_part(Lam, N, M_star - M_inf) / fa["e_noise"])),
+                    expected=float(quadratic_part(Lam, N, M_star - M_inf) / fa["e_noise"])),
         ],
         details={
             "setting": setting, "D": D, "N": N, "H": H, "w_init": w_init, "eta": eta,
             "batch": batch, "steps": steps, "window": window, "n_blocks": n_blocks,
-            "device": str(device), "gamma": gamma, "eta*gamma": eta * gamma,
+            "device": str(ctx.device), "gamma": gamma, "eta*gamma": eta * gamma,
             "t_half": {"flow": th_flow, "attention": th_att, "MLP": th_mlp,
                        "attention with t = eta k": th_att_eta_k},
             "relative half-time differences": {"attention vs flow": th_att / th_flow - 1.0,
@@ -367,11 +237,7 @@ def torch_training(ctx):
                       for name, f in finals.items()},
             "L*": L_star, "flow L(t_end) - L*": float(flow.loss[-1] - L_star),
             "flow L at window start - L*": float(flow.loss[-window] - L_star),
-            "zero blocks at end": {"||v_i|| (W^V[D,:D])": float(run_a.zero_v[-1]),
-                                   "||u_i|| (W^KQ[D,:D])": float(run_a.zero_u[-1]),
-                                   "max ||v_i|| over run": float(run_a.zero_v.max()),
-                                   "max ||u_i|| over run": float(run_a.zero_u.max()),
-                                   "||w2|| = ||(v_i)||": w2, "||W1|| = ||(U_i)||": W1},
+            "zero blocks at end": zero_block_norms(att, run_a),
             "seconds": {"attention": run_a.seconds, "MLP": run_m.seconds},
             "steps per second": {"attention": steps / run_a.seconds, "MLP": steps / run_m.seconds},
         },

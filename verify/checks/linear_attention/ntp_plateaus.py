@@ -12,15 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
-from verify.stats import batch_mean, rel_frobenius, z_threshold
 from verify.stats import evaluate as _cf
+from verify.stats import rel_frobenius, z_threshold
+from verify.tasks.feature_least_squares import EIGENVALUES, next_token_regression, unvec
 from verify.tasks.in_context_regression import (
     CHUNK,
     random_covariance,
-    sample_sequences,
 )
-
-from .merged_monte_carlo import EIGENVALUES, _schedule, _ScoreLeastSquares, _unvec, _vec
 
 #: Largest context length of the next-token check.
 N_MAX = 8
@@ -46,20 +44,10 @@ def mc_plateaus(ctx):
     M_fixed = _cf("linear_attention.merged.converged_matrix", Lambda=Lam, N=N_max)
     L_fixed = _cf("linear_attention.merged.global_min_loss", Lambda=Lam, N=N_max)
 
-    losses = batch_mean()  # one row per sequence: position-averaged losses (eq. 23)
-    ls = _ScoreLeastSquares({"eq25": _vec(M_ntp), "fixed_N": _vec(M_fixed)})
-    for k in ctx.iterate(_schedule(total, chunk, []), "next-token"):
-        seqs = sample_sequences(rng, Lam, N_max, int(k))
-        t = seqs.targets
-        z = seqs.z  # (B, N_max, D^2)
-        losses.add(np.stack([(t**2).mean(axis=1),
-                             ((t - seqs.predict(M_ntp)) ** 2).mean(axis=1)], axis=1))
-        ls.add(np.einsum("bpi,bpj->bij", z, z) / N_max, np.einsum("bp,bpi->bi", t, z) / N_max)
-
-    est = losses.result()
+    est, ls = next_token_regression(rng, Lam, N_max, total, chunk, M_ntp, M_fixed, ctx.iterate)
     z_zero, z_min = (float(v) for v in est.z([L_zero, L_ntp]))
     z_ls = ls.z("eq25")
-    M_hat = _unvec(ls.fit(), D)
+    M_hat = unvec(ls.fit(), D)
     z_crit = z_threshold(2 + D * D)
     disc = max(abs(z_zero), abs(z_min), float(np.max(np.abs(z_ls))))
     controls = [

@@ -1,4 +1,4 @@
-"""Checks of ``linear_attention.ntp`` (see also :mod:`verify.checks.linear_attention.separate_dynamics`).
+"""Checks of ``linear_attention.ntp`` (see also :mod:`verify.flows.separate_ranks`).
 
 Contains
 --------
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from verify import Control, Outcome, check
-from verify.stats import batch_mean, z_threshold
+from verify import check
+from verify.outcomes import z_control, z_test
+from verify.flows.separate_ranks import saddle_levels
+from verify.stats import batch_mean
 from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import iter_sequences, random_covariance
-
-from .separate_dynamics import _saddles
 
 
 # -- (c) next-token saddles ------------------------------------------------------------------
@@ -37,7 +37,7 @@ def mc_saddles(ctx):
     Ms = np.stack([V[:, :m] @ V[:, :m].T @ inner for m in range(D + 1)])
     pred = np.array([float(_cf("linear_attention.ntp.saddle_loss", Lambda=Lam, N_max=N_max, m=m))
                      for m in range(D + 1)])
-    fixed = _saddles(Lam, N_max, D)
+    fixed = saddle_levels(Lam, N_max, D)
     total = ctx.pick(quick=200_000, full=4_000_000)
     acc = batch_mean()
     for seq in ctx.iterate(iter_sequences(rng, Lam, N_max, total), "next-token losses"):
@@ -45,16 +45,12 @@ def mc_saddles(ctx):
         acc.add(np.mean((seq.targets[:, None, :] - yhat) ** 2, axis=2))   # eq. 23 per sequence
     est = acc.result()
     z = est.z(pred)
-    z_crit = z_threshold(D + 1)
-    disc = float(np.max(np.abs(z)))
-    z_fixed = float(np.max(np.abs(est.z(fixed))))
-    return Outcome(
-        measured=est.mean.tolist(), predicted=pred.tolist(), discrepancy=disc, tolerance=z_crit,
+    return z_test(
+        est, pred,
         criterion=f"max |z| over m = 0..{D} of the Monte Carlo next-token loss (eq. 23, mean over the "
                   f"N_max predictions of a sequence, SE over sequences) of M_m = P_m (Lambda + E(1/N)"
                   f"(Lambda + tr Lambda I))^-1 vs eq. 26 < z_threshold({D + 1})",
-        controls=[Control(f"fixed-N levels eq. 19 at N = N_max = {N_max}", z_fixed, z_crit,
-                          expected=float(np.max(np.abs(fixed - pred) / est.se)))],
+        controls=[z_control(f"fixed-N levels eq. 19 at N = N_max = {N_max}", est, fixed, pred)],
         details={"sequences": est.n, "z": z.tolist(), "se": est.se.tolist(), "E(1/N)": nu,
                  "fixed_N_levels": fixed.tolist(), "N_max": N_max, "eigenvalues": list(eigs)},
     )

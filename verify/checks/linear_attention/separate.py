@@ -26,7 +26,6 @@ Contains
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -34,29 +33,12 @@ from scipy.integrate import solve_ivp
 import theory
 from verify import Control, Outcome, check
 from verify.flows import separate as fs
+from verify.flows.separate_fixed_points import FixedPointProbe
+from verify.flows.separate_ranks import N_FIG, RTOL, SPECTRUM, TAU, saddle_levels, scalar_drop_times, staircase_figures
 from verify.stats import batch_mean, z_threshold
 from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import iter_tasks, random_covariance
-
-#: Fig.-1 / Fig.-3 spectrum and context length.
-SPECTRUM = (0.4, 0.3, 0.2, 0.1)
-N_FIG = 31
-TAU = 1.0
-RTOL = 1e-10
-_FIG_POINTS = 500
-
-
-
-
-def _series(x, y, label: str, style: str = "-") -> dict:
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    step = max(1, x.size // _FIG_POINTS)
-    return {"label": label, "x": x[::step].tolist(), "y": y[::step].tolist(), "style": style}
-
-
-def _saddles(Lam, N, D):
-    return np.array([float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=m))
-                     for m in range(D + 1)])
+from verify.tasks.wishart import sample_wishart_betas
 
 
 # -- (a) fixed points ---------------------------------------------------------------------
@@ -74,92 +56,18 @@ def fixed_points(ctx):
     Lam = random_covariance(rng, eigs)
     mo = fs.moments(Lam, N)
     lam, E = fs.eigenbasis(mo)
-    a = np.einsum("di,de,ei->i", E, mo.A, E)          # a_d = e_d^T E[Lhat^2] e_d (eq. 32)
-    eps = np.finfo(float).eps
-    M_D = np.asarray(_cf("linear_attention.separate.fixed_point_matrix", Lambda=Lam, N=N,
-                         S=list(range(1, D + 1))))
-    scale_G = (np.linalg.norm(mo.L2) + np.linalg.norm(mo.A, 2) * np.linalg.norm(M_D)
-               * np.linalg.norm(Lam, 2))
-
-    def grad(v, k, q):
-        dv, dk, dq = fs.gradients(mo, None, v, k, q)
-        return float(max(np.max(np.abs(dv)), np.max(np.abs(dk)), np.max(np.abs(dq))))
-
-    def tol(v, k, q):
-        # rounding of O(D^2)-term products: 100 D^2 eps x weight scale^2 x size of the terms of G
-        w = max(1.0, np.max(np.abs(v)), np.max(np.abs(k)), np.max(np.abs(q)))
-        return 100 * D * D * eps * w * w * scale_G
-
-    def rank1_weights(S, H):
-        v, k = np.zeros(H), np.zeros((H, 1, D))
-        for i, d in enumerate(S):
-            # eq. 20a: the minimum-norm head for direction d (v^3 = lambda_d / a_d)
-            v[i] = _cf("linear_attention.separate.ansatz_value_weight", lam=lam[d - 1],
-                       trLambda=float(np.trace(Lam)), N=N)
-            k[i, 0] = v[i] * E[:, d - 1]
-        return v, k, k.copy()
-
-    def rank2_weights(S, H):
-        # heads hold two directions each with a shared v_i = 1 (rank R = 2, eqs. 84-86)
-        v, k = np.zeros(H), np.zeros((H, 2, D))
-        for j, d in enumerate(S):
-            v[j // 2] = 1.0
-            k[j // 2, j % 2] = np.sqrt(lam[d - 1] / a[d - 1]) * E[:, d - 1]
-        return v, k, k.copy()
-
-    worst = {"gradient / tol": 0.0, "|M(weights) - M_S| / tol": 0.0, "|L(M_S) - eq63| / 1e-12": 0.0,
-             "|G(M_S) - eq60| / tol": 0.0}
-    n_sub = 0
-    for m in range(D + 1):
-        for S in itertools.combinations(range(1, D + 1), m):
-            S = list(S)
-            n_sub += 1
-            M_S = np.asarray(_cf("linear_attention.separate.fixed_point_matrix", Lambda=Lam, N=N, S=S))
-            for build in (rank1_weights, rank2_weights):
-                v, k, q = build(S, D)
-                worst["gradient / tol"] = max(worst["gradient / tol"], grad(v, k, q) / tol(v, k, q))
-                M = fs.effective_matrix(v, k, q)
-                worst["|M(weights) - M_S| / tol"] = max(
-                    worst["|M(weights) - M_S| / tol"],
-                    float(np.max(np.abs(M - M_S))) / (100 * D * eps * max(1.0, np.max(np.abs(M_S)))))
-            G_S = mo.L2 - mo.A @ M_S @ Lam                 # the flow's gradient matrix at M_S
-            G60 = np.asarray(_cf("linear_attention.separate.fixed_point_gradient", Lambda=Lam, N=N, S=S))
-            worst["|G(M_S) - eq60| / tol"] = max(worst["|G(M_S) - eq60| / tol"],
-                                                 float(np.max(np.abs(G_S - G60))) / (100 * D * eps * scale_G))
-            L_S = float(fs.loss(mo, None, M_S))
-            L63 = float(_cf("linear_attention.separate.subset_loss", Lambda=Lam, N=N, S=S))
-            worst["|L(M_S) - eq63| / 1e-12"] = max(worst["|L(M_S) - eq63| / 1e-12"],
-                                                   abs(L_S - L63) / 1e-12)
+    fp = FixedPointProbe(Lam, N, mo, lam, E)
+    worst, n_sub = fp.subset_sweep()
     # an inactive head with k in the unlearned span and q orthogonal to it under Omega
     S = [1, 2]
-    v, k, q = rank1_weights(S, D)
+    v, k, q = fp.rank1_weights(S, D)
     k[3, 0], q[3, 0] = E[:, 2], E[:, 3]              # v = 0, k = e_3, q = e_4
-    inactive_ok = grad(v, k, q) / tol(v, k, q)
+    inactive_ok = fp.grad(v, k, q) / fp.tol(v, k, q)
     worst["inactive head k = e_3, q = e_4 / tol"] = inactive_ok
     disc = max(worst.values())
     # negative controls; expected: eq. 14's gradient with G = eq. 60 at M_S - E[Lhat^2] dM Lambda, dM
     # the closed-form change of M the perturbation makes (G is affine in M)
-    def grad_expected(S, dM, v, k, q):
-        G = (np.asarray(_cf("linear_attention.separate.fixed_point_gradient", Lambda=Lam, N=N, S=S))
-             - mo.A @ dM @ Lam)
-        Gq = q @ G.T
-        return float(max(np.max(np.abs(np.einsum("ird,ird->i", k, Gq))),
-                         np.max(np.abs(v[:, None, None] * Gq)), np.max(np.abs(v[:, None, None] * (k @ G)))))
-
-    v, k, q = rank1_weights(list(range(1, D + 1)), D)
-    v_s = v * np.r_[1.01, np.ones(D - 1)]
-    c_scaled = grad(v_s, k, q) / tol(v, k, q)
-    e_scaled = grad_expected(list(range(1, D + 1)), 0.01 * v[0] * np.outer(k[0, 0], q[0, 0]), v_s, k, q) / tol(v, k, q)
-    v, k, q = rank1_weights(S, D)
-    k_old = k[1, 0].copy()
-    k[1, 0] = v[1] * (np.cos(0.05) * E[:, 1] + np.sin(0.05) * E[:, 2])
-    q[1, 0] = k[1, 0]
-    c_rot = grad(v, k, q) / tol(v, k, q)
-    e_rot = grad_expected(S, v[1] * (np.outer(k[1, 0], k[1, 0]) - np.outer(k_old, k_old)), v, k, q) / tol(v, k, q)
-    v, k, q = rank1_weights(S, D)
-    k[3, 0], q[3, 0] = E[:, 2], E[:, 2]              # v = 0, k = q = e_3: Omega term nonzero
-    c_inactive = grad(v, k, q) / tol(v, k, q)
-    e_inactive = grad_expected(S, np.zeros((D, D)), v, k, q) / tol(v, k, q)
+    (c_scaled, e_scaled), (c_rot, e_rot), (c_inactive, e_inactive) = fp.perturbed(S)
     # closed form vs closed form: the statistic is its own expected value
     L_wrong = max(abs(float(_cf("linear_attention.separate.subset_loss", Lambda=Lam, N=N, S=[d]))
                       - (np.trace(Lam) - lam[d - 1])) for d in range(1, D + 1)) / 1e-12
@@ -178,7 +86,7 @@ def fixed_points(ctx):
                     expected=e_inactive),
             Control("single-direction losses with the N -> inf drop lambda_d", L_wrong, 1.0, expected=L_wrong),
         ],
-        details={"D": D, "N": N, "eigenvalues": eigs.tolist(), "scale_G": scale_G},
+        details={"D": D, "N": N, "eigenvalues": eigs.tolist(), "scale_G": fp.scale_G},
     )
 
 
@@ -198,7 +106,7 @@ def mc_subset_loss(ctx):
     total = ctx.pick(quick=400_000, full=10_000_000)
     Ms = np.stack([np.asarray(_cf("linear_attention.separate.fixed_point_matrix", Lambda=Lam, N=N,
                                   S=list(range(1, m + 1)))) for m in range(D + 1)])
-    pred = _saddles(Lam, N, D)
+    pred = saddle_levels(Lam, N, D)
     drops = np.array([float(_cf("linear_attention.separate.drop_size", Lambda=Lam, N=N, m=m))
                       for m in range(1, D + 1)])
     printed_drop = theory.get("linear_attention.separate.drop_size")
@@ -230,24 +138,6 @@ def mc_subset_loss(ctx):
 
 
 # -- (c) the staircase --------------------------------------------------------------------
-def _scalar_drop_times(lam, a, v0, levels, mo, E, T):
-    """Drop times from the per-head scalar ODE eq. 21 (exact on the aligned manifold)."""
-    ode = theory.get("linear_attention.separate.scalar_ode_rhs")
-    sols = []
-    for d in range(lam.size):
-        def f(t, y, d=d):
-            return np.atleast_1d(ode(v=max(float(y[0]), 0.0), lam=lam[d], a=a[d], tau=TAU))
-        r = solve_ivp(f, (0.0, T), [v0[d]], method="LSODA", rtol=RTOL, atol=1e-14, dense_output=True)
-        sols.append(r.sol)
-
-    def loss_at(t):
-        c = np.array([float(s(t)[0]) for s in sols]) ** 3
-        return float(fs.loss(mo, None, (E * c) @ E.T))
-
-    t = np.concatenate([[0.0], np.geomspace(1.0, T, 3000)])
-    curve = np.array([loss_at(s) for s in t])
-    v = np.array([[float(s(ti)[0]) for s in sols] for ti in t])
-    return fs.plateaus(t, curve, levels, func=loss_at).drop_times, t, curve, v
 
 
 @check("linear_attention.separate.flow_staircase",
@@ -263,7 +153,7 @@ def flow_staircase(ctx):
     mo = fs.moments(Lam, N)
     lam, E = fs.eigenbasis(mo)
     a = np.einsum("di,de,ei->i", E, mo.A, E)
-    levels = _saddles(Lam, N, D)
+    levels = saddle_levels(Lam, N, D)
     spec_levels = np.array([1.0, 0.640580, 0.377372, 0.209805, 0.135995])
     M_S = [np.asarray(_cf("linear_attention.separate.fixed_point_matrix", Lambda=Lam, N=N,
                           S=list(range(1, m + 1)))) for m in range(D + 1)]
@@ -298,7 +188,7 @@ def flow_staircase(ctx):
     ta = np.concatenate([[0.0], np.geomspace(1.0, Ta, 3000)])
     ra = fs.integrate(mo, None, va, ka, qa, tau=TAU, t_eval=ta, rtol=RTOL, method="LSODA", dense=True)
     drops_flow = fs.plateaus(ra.t, ra.loss, levels, func=ra.loss_at).drop_times
-    drops_ode, t_ode, curve_ode, v_ode = _scalar_drop_times(lam, a, va, levels, mo, E, Ta)
+    drops_ode, t_ode, curve_ode, v_ode = scalar_drop_times(lam, a, va, levels, mo, E, Ta)
     ode_err = float(np.max(np.abs(drops_flow / drops_ode - 1)))
     esc = np.array([float(_cf("linear_attention.separate.escape_time", Lambda=Lam, N=N, m=m, tau=TAU,
                               w_init=wa)) for m in range(1, D + 1)])
@@ -310,16 +200,12 @@ def flow_staircase(ctx):
         "M at plateau m vs M_{1..m} / 1e-2": float(max(M_err)) / 1e-2,
         "conservation drift / 1e-8": drift / 1e-8,
         "hand-computed levels (6 digits) / 5e-7": float(np.max(np.abs(
-            _saddles(list(SPECTRUM), N, D) - spec_levels))) / 5e-7,
+            saddle_levels(list(SPECTRUM), N, D) - spec_levels))) / 5e-7,
         "aligned flow vs eq. 21 drop times / 1e-5": ode_err / 1e-5,
         "aligned drop times vs eq. 71 / 1e-2": esc_err / 1e-2,
     }
     disc = max(parts.values())
     order_ok = bool(np.all(np.isfinite(p.drop_times)) and np.all(np.diff(p.drop_times) > 0))
-    fig_series = [_series(res.t[1:], res.loss[1:], "exact flow, eq.-36 start", "-"),
-                  _series(ra.t[1:], ra.loss[1:], "exact flow, aligned start", "-"),
-                  _series(t_ode[1:], curve_ode[1:], "eq. 21 per head (aligned)", ":")]
-    fig_series += [_series([res.t[1], T], [L, L], f"L(M_{m}) eq. 19", "--") for m, L in enumerate(levels)]
     return Outcome(
         measured={"plateau_levels": p.level_at_flattest.tolist(), "drop_times": p.drop_times.tolist(),
                   "aligned_drop_times": drops_flow.tolist()},
@@ -345,21 +231,7 @@ def flow_staircase(ctx):
                  "time_near_levels": p.time_near.tolist(), "nfev": res.nfev, "T": T,
                  "final_v": res.v[-1].tolist(), "v_star": (lam / a) ** (1 / 3),
                  "drops_in_order": order_ok},
-        figures={"staircase": {"kind": "lines",
-                               "title": "ATTN_S rank 1, H = D = 4, N = 31: loss vs t/τ and L(M_m)",
-                               "xlabel": "t/τ", "ylabel": "L", "xscale": "log",
-                               "series": fig_series},
-                 "value_weights": {
-                     "kind": "lines", "xscale": "log", "xlabel": "t/τ", "ylabel": "value weight v_i",
-                     "title": "Aligned start: each head's value weight, exact flow vs the scalar ODE eq. 21 "
-                              "(dotted: v* = (λ/a)^(1/3))",
-                     "series": [_series(ra.t[1:], np.abs(ra.v[1:, i]), f"head {i + 1} (e_{i + 1}), exact flow", "-")
-                                for i in range(H)]
-                     + [{**_series(t_ode[1:], v_ode[1:, i], "scalar ODE eq. 21" if i == 0 else None, "--"),
-                         "color": "k"}
-                        for i in range(H)]
-                     + [{**_series([ra.t[1], Ta], [vs, vs], None, ":"), "color": "0.5"}
-                        for vs in (lam / a) ** (1 / 3)]}},
+        figures=staircase_figures(res, ra, T, Ta, levels, (t_ode, curve_ode, v_ode), lam, a),
     )
 
 
@@ -438,35 +310,6 @@ def ansatz_loss(ctx):
 
 
 # -- (f) the N -> infinity limit of the PCR predictor (eq. 22) -----------------------------------
-def sample_wishart_betas(rng: np.random.Generator, Lambda, N: int, batch: int):
-    """``(beta, x_q, y_q, w)`` for ``batch`` sequences of context length ``N`` without drawing
-    the ``N`` context tokens.
-
-    ``N Lambda_hat`` is Wishart with ``N`` degrees of freedom and scale ``Lambda``, drawn by
-    the Bartlett decomposition ``C A A^T C^T`` (``C`` the Cholesky factor of ``Lambda``;
-    ``A`` lower triangular, ``A_ii^2 ~ chi^2(N - i)`` for ``i = 0..D-1``, ``A_ij ~ N(0, 1)``
-    below the diagonal), independent of ``w ~ N(0, I)`` and ``x_q ~ N(0, Lambda)``; then
-    ``beta = Lambda_hat w`` (eq. 29). Cost ``O(batch D^2)`` for any ``N`` (``N >= D``).
-    """
-    from verify.tasks.in_context_regression import covariance_factor
-
-    C = covariance_factor(Lambda)
-    D = C.shape[0]
-    N, batch = int(N), int(batch)
-    if N < D:
-        raise ValueError(f"N: the Bartlett draw needs N >= D = {D}, got {N}")
-    if batch < 1:
-        raise ValueError(f"batch: expected >= 1, got {batch}")
-    A = np.tril(rng.standard_normal((batch, D, D)), -1)
-    idx = np.arange(D)
-    A[:, idx, idx] = np.sqrt(rng.chisquare(N - idx, size=(batch, D)))
-    w = rng.standard_normal((batch, D))
-    x_q = rng.standard_normal((batch, D)) @ C.T
-    u = np.einsum("bji,bj->bi", A, w @ C)              # A^T C^T w
-    beta = np.einsum("bij,bj->bi", A, u) @ C.T / N     # C A A^T C^T w / N
-    return beta, x_q, np.einsum("bd,bd->b", x_q, w), w
-
-
 def _loglog_slope(N, err) -> float:
     x, y = np.log(np.asarray(N, float)), np.log(np.asarray(err, float))
     return float(np.polyfit(x, y, 1)[0])

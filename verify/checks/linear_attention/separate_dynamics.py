@@ -26,107 +26,21 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.flows import separate as fs
+from verify.flows.separate_ranks import (
+    GROWN_V,
+    N_FIG,
+    TAU,
+    aligned_drop_times,
+    escape_correction,
+    figure_setup,
+    gaussian_first_drop,
+    rank_control_expectations,
+    rank_run,
+    saddle_levels,
+    scale_comparison,
+    staircase_figure,
+)
 from verify.stats import evaluate as _cf
-from verify.tasks.in_context_regression import random_covariance
-
-#: Fig.-1 / Fig.-3 spectrum and context length.
-SPECTRUM = (0.4, 0.3, 0.2, 0.1)
-
-
-N_FIG = 31
-
-
-TAU = 1.0
-
-
-RTOL = 1e-10
-
-
-#: a plateau is long when the loss stays near its level for at least this fraction of the
-#: escape scale tau / (lambda_{m+1}^2 w_init) (see :func:`long_plateaus`).
-LONG_FRACTION = 0.1
-
-
-#: value weight above which a head counts as grown (v* = O(1); unlearned heads are O(w_init)).
-GROWN_V = 0.1
-
-
-
-
-def _saddles(Lam, N, D):
-    return np.array([float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=m))
-                     for m in range(D + 1)])
-
-
-def _setup(rng, N=N_FIG):
-    Lam = random_covariance(rng, SPECTRUM)
-    mo = fs.moments(Lam, N)
-    lam, E = fs.eigenbasis(mo)
-    a = np.array([float(_cf("linear_attention.data.lambda_hat_sq_eigenvalue", lam=x,
-                            trLambda=float(np.sum(lam)), N=N)) for x in lam])
-    return Lam, mo, lam, E, a
-
-
-# -- helpers ----------------------------------------------------------------------------------
-def midpoint_value_fraction() -> float:
-    """``v / v*`` at which the ansatz loss has made half of its drop.
-
-    Along eq. 21 the loss is ``L_m - (lambda^3/a)(2u - u^2)`` with ``u = (v/v*)^3``; half the
-    drop ``lambda^3 / (2a)`` is reached at ``u = 1 - 2^{-1/2}``.
-    """
-    return float((1.0 - 2.0 ** -0.5) ** (1.0 / 3.0))
-
-
-def escape_correction(lam: float, a: float, v0: float, tau: float = 1.0) -> float:
-    """``t_mid lambda^2 v0 / tau`` from the implicit solution eq. 70, ``t_mid`` the time at
-    which the ansatz loss is half-way down (``v = v* midpoint_value_fraction()``).
-
-    Equals ``1 - K v0 / v* + O((v0/v*)^2)`` with ``K = v* |F(v_mid) - F_reg(0)|`` ~ 1.2534;
-    this is the ratio (drop time)/(eq. 71) on the aligned manifold.
-    """
-    if not (np.isfinite(lam) and lam > 0):
-        raise ValueError(f"lam: expected a positive eigenvalue, got {lam!r}")
-    if not (np.isfinite(a) and a > 0):
-        raise ValueError(f"a: expected a positive a_d, got {a!r}")
-    v_star = (lam / a) ** (1.0 / 3.0)
-    if not (np.isfinite(v0) and 0 < v0 < midpoint_value_fraction() * v_star):
-        raise ValueError(f"v0: expected 0 < v0 < v_mid = {midpoint_value_fraction() * v_star}, got {v0!r}")
-    t = float(_cf("linear_attention.separate.scalar_ode_time", v=midpoint_value_fraction() * v_star,
-                  v0=v0, lam=lam, a=a, tau=tau))
-    return t * lam**2 * v0 / tau
-
-
-def long_plateaus(time_near, lam, w_init: float, tau: float = 1.0,
-                  fraction: float = LONG_FRACTION) -> np.ndarray:
-    """Which of the plateaus ``m = 0..D-1`` are long.
-
-    A plateau at ``L(M_m)`` is long when the time spent near it is at least ``fraction`` of
-    the escape scale ``tau / (lambda_{m+1}^2 w_init)`` of eq. 71 (the time a value weight
-    needs to grow from ``O(w_init)``). Learning a new key/query pair inside a head whose
-    ``v`` is already ``O(1)`` is exponential at rate ``~ lambda^2 v*`` and takes
-    ``~ tau ln(v*/w_init) / (lambda^2 v*)``, a fraction ``~ w_init ln(v*/w_init) / v*`` of
-    that scale (5e-3 at w_init = 1e-3).
-
-    Parameters
-    ----------
-    time_near : array_like (D + 1,)
-        :attr:`verify.flows.separate.Plateaus.time_near`.
-    lam : array_like (D,)
-        Eigenvalues, descending.
-    w_init : float
-    tau : float
-    fraction : float
-    """
-    tn = np.asarray(time_near, dtype=np.float64)
-    lam = np.asarray(lam, dtype=np.float64)
-    if lam.ndim != 1 or lam.size == 0 or np.any(~np.isfinite(lam)) or np.any(lam <= 0):
-        raise ValueError(f"lam: expected positive eigenvalues, got {lam!r}")
-    if tn.shape != (lam.size + 1,):
-        raise ValueError(f"time_near: expected shape ({lam.size + 1},), got {tn.shape}")
-    for name, x in (("w_init", w_init), ("tau", tau), ("fraction", fraction)):
-        if not (np.isfinite(x) and x > 0):
-            raise ValueError(f"{name}: expected a positive number, got {x!r}")
-    return tn[:-1] >= fraction * tau / (lam**2 * w_init)
 
 
 # -- (a) escape times ------------------------------------------------------------------------
@@ -136,22 +50,16 @@ def long_plateaus(time_near, lam, w_init: float, tau: float = 1.0,
        title="Drop times of the exact flow / eq. 71 -> 1 as w_init -> 0 (aligned balanced start, "
              "H = D = 4, Fig.-1 spectrum, N = 31); eq.-36 Gaussian start reported")
 def escape_time_ratio(ctx):
-    Lam, mo, lam, E, a = _setup(ctx.rng)
+    Lam, mo, lam, E, a = figure_setup(ctx.rng)
     D = lam.size
     N = N_FIG
-    levels = _saddles(Lam, N, D)
+    levels = saddle_levels(Lam, N, D)
     v_star = (lam / a) ** (1 / 3)
     ws = np.array([1e-2, 1e-3, 1e-4])
     ratios, eq70 = [], []
     drops_all = []
     for w in ws:
-        va, ka, qa = fs.init_aligned_separate(mo, D, 1, w)
-        T = 1.5 * TAU / (lam[-1] ** 2 * w)
-        t = np.concatenate([[0.0], np.geomspace(1.0, T, ctx.pick(quick=1500, full=6000))])
-        r = fs.integrate(mo, None, va, ka, qa, tau=TAU, t_eval=t, rtol=RTOL, method="LSODA", dense=True)
-        drops = fs.plateaus(r.t, r.loss, levels, func=r.loss_at).drop_times
-        esc = np.array([float(_cf("linear_attention.separate.escape_time", Lambda=Lam, N=N, m=m,
-                                  tau=TAU, w_init=w)) for m in range(1, D + 1)])
+        drops, esc = aligned_drop_times(mo, Lam, N, lam, levels, w, ctx.pick(quick=1500, full=6000))
         drops_all.append(drops)
         ratios.append(drops / esc)
         eq70.append([escape_correction(lam[d], a[d], w, TAU) for d in range(D)])
@@ -174,17 +82,7 @@ def escape_time_ratio(ctx):
     e_log = float(np.min(np.abs(esc_cf[ws[-1]] / (esc_cf[ws[0]] * np.log(1 / ws[-1]) / np.log(1 / ws[0])) - 1)
                          / bound[-1]))
     # report: eq.-36 Gaussian start, first drop, 3 seeds
-    wg, H = 1e-2, D
-    gauss = []
-    for rng in ctx.spawn(3):
-        v0, k0, q0 = fs.init_separate(rng, H, 1, D, wg)
-        T = 30.0 * TAU / (lam[0] ** 2 * wg)
-        t = np.concatenate([[0.0], np.geomspace(1e-2, T, 1500)])
-        r = fs.integrate(mo, None, v0, k0, q0, tau=TAU, t_eval=t, rtol=RTOL, method="LSODA", dense=True)
-        t1 = fs.first_crossing(r.t, r.loss, 0.5 * (levels[0] + levels[1]), func=r.loss_at)
-        esc1 = float(_cf("linear_attention.separate.escape_time", Lambda=Lam, N=N, m=1, tau=TAU, w_init=wg))
-        gauss.append({"t_1": t1, "t_1 / escape_time(w_init)": t1 / esc1,
-                      "t_1 lambda_1^2 max|v_i(0)| / tau": t1 * lam[0] ** 2 * float(np.max(np.abs(v0))) / TAU})
+    gauss = [gaussian_first_drop(mo, Lam, N, lam, levels, rng, 1e-2) for rng in ctx.spawn(3)]
     return Outcome(
         measured={"ratio drop_time / eq. 71 [w_init][m]": ratios.tolist(),
                   "gaussian_eq36_first_drop (report only)": gauss},
@@ -222,98 +120,6 @@ RANK_W_INIT = {"quick": 1e-3, "full": 1e-4}
 RANK_LEVEL_RTOL = 1e-4
 
 
-def literal_divides_pattern(D: int, R: int) -> np.ndarray:
-    """The paper's literal wording of §5 ("m that divides R"): long plateau at m = 0..D-1
-    when m >= 1 divides R. The wrong way round; used as a negative control."""
-    D, R = int(D), int(R)
-    if D < 1 or R < 1:
-        raise ValueError(f"D: expected D >= 1 and R >= 1, got D = {D}, R = {R}")
-    return np.array([m >= 1 and R % m == 0 for m in range(D)])
-
-
-def rank_run(mo, Lam, N: int, lam, levels, R: int, rng, w_init: float, n_t: int = 3000,
-             tau: float = TAU, unit=None) -> dict:
-    """One eq.-36 draw of rank-R ATTN_S with ``H = ceil(D/R)`` heads through the exact flow.
-
-    Returns the plateau statistics, the long-plateau pattern (:func:`long_plateaus`), the
-    number of grown value weights (``|v| > GROWN_V``) at ``t = 0`` and at each drop, and the
-    loss and ``M`` at the flattest point of each conspicuous plateau ``m = jR`` compared with
-    ``linear_attention.separate.conspicuous_plateau_loss`` and
-    ``linear_attention.separate.rank_fixed_point_matrix`` (and with ``M_{jR+1}``, a control).
-    ``pattern_ok``: long exactly at the multiples of R, exactly where a new value weight grows,
-    and ``ceil(m/R)`` grown heads at ``t_m``.
-
-    ``unit``: the draw at ``w_init = 1`` ``(v, k, q)`` to scale (the same draw at several
-    ``w_init``); default a fresh :func:`verify.flows.separate.init_separate` draw from ``rng``.
-    """
-    lam = np.asarray(lam, dtype=np.float64)
-    D = lam.size
-    H = -(-D // R)
-    if unit is None:
-        unit = fs.init_separate(rng, H, R, D, 1.0)
-    v0, k0, q0 = (w_init * np.asarray(x) for x in unit)
-    T = 20.0 * tau / (lam[-1] ** 2 * w_init)
-    t = np.concatenate([[0.0], np.geomspace(1e-2, T, n_t)])
-    res = fs.integrate(mo, None, v0, k0, q0, tau=tau, t_eval=t, rtol=RTOL, method="LSODA", dense=True)
-    p = fs.plateaus(res.t, res.loss, levels, func=res.loss_at)
-    ok_drops = bool(np.all(np.isfinite(p.drop_times)))
-    long = long_plateaus(p.time_near, lam, w_init, tau)
-    scale = p.time_near[:-1] * lam**2 * w_init / tau
-    multiple = np.arange(D) % R == 0
-    times = np.r_[0.0, p.drop_times] if ok_drops else np.zeros(1)
-    grown = [int(np.sum(np.abs(res.at(s)[0]) > GROWN_V)) for s in times]
-    new_head = np.diff(grown) > 0 if ok_drops else np.zeros(D, bool)
-    expect_grown = [int(np.ceil(m / R)) for m in range(D + 1)]
-    pattern_ok = (ok_drops and bool(np.all(long == multiple)) and bool(np.all(long == new_head))
-                  and grown == expect_grown)
-    # conspicuous plateaus j = 0..ceil(D/R)-1 at their flattest point, and the end (m = D)
-    M_D = np.asarray(_cf("linear_attention.separate.rank_fixed_point_matrix", Lambda=Lam, N=N,
-                         S=list(range(1, D + 1)), R=R))
-    scale_M = float(np.linalg.norm(M_D))
-    lvl_err, M_err, M_ctrl = [], [], []
-    for j in range(H + 1):
-        m = min(j * R, D)
-        idx = p.flattest[m]
-        if idx < 0:
-            lvl_err.append(np.inf)
-            M_err.append(np.inf)
-            continue
-        if j < H:
-            L_pred = float(_cf("linear_attention.separate.conspicuous_plateau_loss", Lambda=Lam, N=N,
-                               R=R, j=j))
-        else:
-            L_pred = float(levels[-1])
-        lvl_err.append(abs(float(res.loss[idx]) - L_pred) / L_pred)
-        M_pred = np.asarray(_cf("linear_attention.separate.rank_fixed_point_matrix", Lambda=Lam, N=N,
-                                S=list(range(1, m + 1)), R=R))
-        M_err.append(float(np.linalg.norm(res.M[idx] - M_pred)) / scale_M)
-        if m < D:
-            M_next = np.asarray(_cf("linear_attention.separate.rank_fixed_point_matrix", Lambda=Lam,
-                                    N=N, S=list(range(1, m + 2)), R=R))
-            M_ctrl.append(float(np.linalg.norm(res.M[idx] - M_next)) / scale_M)
-    return {"H": H, "R": R, "w_init": w_init, "time_near": p.time_near.tolist(),
-            "time_near / (tau/(lambda_{m+1}^2 w))": scale.tolist(),
-            "long": long.tolist(), "n_long": int(long.sum()), "multiple_of_R": multiple.tolist(),
-            "grown heads at t=0, t_1..t_D": grown, "expected ceil(m/R)": expect_grown,
-            "new value weight grows in drop m+1": new_head.tolist(),
-            "drop_times": p.drop_times.tolist(),
-            "max short-plateau fraction": float(np.max(scale[~multiple], initial=0.0)),
-            "conspicuous level rel err (j = 0..H-1, end)": lvl_err,
-            "M rel err vs rank_fixed_point_matrix (j = 0..H-1, end)": M_err,
-            "control: M rel err vs M_{jR+1}": M_ctrl,
-            "literal 'm divides R' mismatches": int(np.sum(literal_divides_pattern(D, R) != long)),
-            "pattern_ok": bool(pattern_ok),
-            "_curve": _log_thin(res.t, res.loss)}
-
-
-def _log_thin(t, y, n: int = 400):
-    """About ``n`` samples of the curve, evenly spaced in log t (for a figure)."""
-    t, y = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
-    pos = t > 0
-    t, y = t[pos], y[pos]
-    grid = np.geomspace(t[0], t[-1], n)
-    idx = np.unique(np.clip(np.searchsorted(t, grid), 0, t.size - 1))
-    return t[idx].tolist(), y[idx].tolist()
 
 
 @check("linear_attention.separate.rank_plateaus",
@@ -349,9 +155,9 @@ def rank_plateaus(ctx):
     the rank-one pattern (every plateau conspicuous), the rank-one head count, the paper's
     literal "m that divides R", and ``M_{jR+1}`` in place of ``M_{jR}``.
     """
-    Lam, mo, lam, E, a = _setup(ctx.rng)
+    Lam, mo, lam, E, a = figure_setup(ctx.rng)
     D, N = lam.size, N_FIG
-    levels = _saddles(Lam, N, D)
+    levels = saddle_levels(Lam, N, D)
     w1 = ctx.pick(**RANK_W_INIT)
     w2 = w1 / 10.0
     draws = ctx.pick(quick=1, full=4)
@@ -367,22 +173,14 @@ def rank_plateaus(ctx):
     for ir, R in enumerate(ranks):
         rows[f"R={R}"] = []
         for k in range(draws):
-            H = -(-D // R)
-            unit = fs.init_separate(rngs[ir * draws + k], H, R, D, 1.0)
+            unit = fs.init_separate(rngs[ir * draws + k], -(-D // R), R, D, 1.0)
             r1, r2 = (rank_run(mo, Lam, N, lam, levels, R, None, w, n_t=n_t, unit=unit) for w in (w1, w2))
             curves.setdefault(R, r2.pop("_curve"))
             r1.pop("_curve")
-            f1 = np.array(r1["time_near / (tau/(lambda_{m+1}^2 w))"])
-            f2 = np.array(r2["time_near / (tau/(lambda_{m+1}^2 w))"])
-            mult = np.arange(D) % R == 0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(f1 > 0, f2 / np.where(f1 > 0, f1, 1.0), np.where(f2 > 0, np.inf, 0.0))
-            bad_c = int(np.sum(mult & ~((f1 > 0) & (ratio >= 0.8) & (ratio <= 1.25))))
-            bad_b = int(np.sum(~mult & (f2 > f1 / 3.0)))
-            bad_h = int(np.sum(np.array(r2["grown heads at t=0, t_1..t_D"]) != np.array(r2["expected ceil(m/R)"])))
-            parts["conspicuous f(w2)/f(w1) outside [0.8, 1.25] (count)"] += bad_c
-            parts["brief f(w2) > f(w1)/3 (count)"] += bad_b
-            parts["head counts != ceil(m/R) (count)"] += bad_h
+            c = scale_comparison(r1, r2, R)
+            parts["conspicuous f(w2)/f(w1) outside [0.8, 1.25] (count)"] += c["conspicuous off"]
+            parts["brief f(w2) > f(w1)/3 (count)"] += c["brief not shrinking"]
+            parts["head counts != ceil(m/R) (count)"] += c["head counts off"]
             for r in (r1, r2):
                 parts["levels at conspicuous plateaus rel / tol"] = max(
                     parts["levels at conspicuous plateaus rel / tol"],
@@ -394,42 +192,17 @@ def rank_plateaus(ctx):
                 threshold_held.setdefault(f"R={R}, w={r['w_init']:g}", []).append(r["pattern_ok"])
             ctrl_literal.append(r2["literal 'm divides R' mismatches"])
             if R > 1:
-                # the rank-one pattern calls every plateau conspicuous (scale invariant)
-                ctrl_r1.append(int(np.sum(~mult & ~((f1 > 0) & (ratio >= 0.8) & (ratio <= 1.25)))))
-                ctrl_heads.append(int(np.sum(np.array(r2["grown heads at t=0, t_1..t_D"]) != np.arange(D + 1))))
-            rows[f"R={R}"].append({"f(w1)": f1.tolist(), "f(w2)": f2.tolist(), "ratio f(w2)/f(w1)": ratio.tolist(),
-                                   "run w1": r1, "run w2": r2})
+                ctrl_r1.append(c["rank-one pattern fails"])
+                ctrl_heads.append(c["rank-one head counts off"])
+            rows[f"R={R}"].append({"f(w1)": c["f1"].tolist(), "f(w2)": c["f2"].tolist(),
+                                   "ratio f(w2)/f(w1)": c["ratio"].tolist(), "run w1": r1, "run w2": r2})
     counts = [parts[k] for k in list(parts)[:3]]
-    # expected control statistics, from the predicted pattern (long exactly at the multiples of R,
-    # ceil(m/R) grown heads) and the closed-form matrices
-    mult_of = {R: np.arange(D) % R == 0 for R in ranks}
-    e_r1 = min(int(np.sum(~mult_of[R])) for R in ranks if R > 1)
-    e_heads = min(int(np.sum(np.array([int(np.ceil(m / R)) for m in range(D + 1)]) != np.arange(D + 1)))
-                  for R in ranks if R > 1)
-    e_literal = min(int(np.sum(literal_divides_pattern(D, R) != mult_of[R])) for R in ranks)
-
-    def _rfp(S, R):
-        return np.asarray(_cf("linear_attention.separate.rank_fixed_point_matrix", Lambda=Lam, N=N, S=S, R=R))
-    e_next = min(float(np.linalg.norm(_rfp(list(range(1, j * R + 1)), R) - _rfp(list(range(1, j * R + 2)), R)))
-                 / float(np.linalg.norm(_rfp(list(range(1, D + 1)), R)))
-                 for R in ranks for j in range(-(-D // R)) if j * R < D) / RANK_LEVEL_RTOL
+    e_r1, e_heads, e_literal, e_next = rank_control_expectations(Lam, N, D, ranks)
+    e_next /= RANK_LEVEL_RTOL
     disc = max(parts["levels at conspicuous plateaus rel / tol"], parts["M at conspicuous plateaus rel / tol"])
     passed = bool(disc <= 1.0 and sum(counts) == 0)
     held = {k: f"{sum(v)}/{len(v)}" for k, v in threshold_held.items()}
-    # from half the first drop time on (the loss is flat at L(M_0) before)
-    mid = 0.5 * (levels[0] + levels[1])
-    t0 = 0.5 * min(next(t for t, y in zip(*c) if y < mid) for c in curves.values())
-    curves = {R: tuple(zip(*[(t, y) for t, y in zip(*c) if t >= t0])) for R, c in curves.items()}
-    t_all = [x for c in curves.values() for x in c[0]]
-    series = [{"label": f"exact flow, rank R = {R} (H = {-(-D // R)} heads)", "x": list(c[0]), "y": list(c[1])}
-              for R, c in curves.items()]
-    series += [{"label": "saddle levels L(M_m), eq. 19" if m == 0 else None, "style": ":", "color": "0.5",
-                "x": [min(t_all), max(t_all)], "y": [float(L), float(L)]} for m, L in enumerate(levels)]
-    figures = {"staircase_by_rank": {
-        "kind": "lines", "xscale": "log", "xlabel": "t / tau", "ylabel": "population loss",
-        "title": f"Separate model, D = {D}, w_init = {w2:g}: long plateaus only at m = multiples of R "
-                 "(dotted: every saddle L(M_m))",
-        "series": series}}
+    figures = {"staircase_by_rank": staircase_figure(curves, levels, D, w2)}
     return Outcome(
         measured={k: [{"ratio f(w2)/f(w1)": x["ratio f(w2)/f(w1)"],
                        "grown (w2)": x["run w2"]["grown heads at t=0, t_1..t_D"]} for x in v]

@@ -12,8 +12,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
-
-from .gradient import _draws
+from verify.tasks.qk_spectra import qk_draws
 
 
 @check("localization.bounds.norm_bounds", aliases=["localization.gradient.norm_bounds"],
@@ -26,7 +25,7 @@ def norm_bounds(ctx):
     n = ctx.pick(quick=2000, full=20000)
     lo2, loF, up, printed = (theory.get(f"localization.bounds.{k}") for k in
                              ("spectral_lower", "frobenius_lower", "frobenius_upper", "spectral_lower"))
-    cases = list(_draws(rng, n))
+    cases = list(qk_draws(rng, n))
     d_cx = 16
     cases.append((d_cx, np.eye(d_cx), np.eye(d_cx)))           # counterexample to the printed bound
     ratios, printed_ratios = [], []

@@ -12,8 +12,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
-
-from .gradient import _draws
+from verify.tasks.qk_spectra import qk_draws
 
 
 @check("localization.eigen.spectrum", aliases=["localization.gradient.eigenspectrum"],
@@ -27,7 +26,7 @@ def eigenspectrum(ctx):
     cf = {k: theory.get(f"localization.eigen.{k}") for k in ("variance", "trace_bound", "xi", "eta", "scale")}
     errs, ctrl_scale, ctrl_eta, slack, tight = [], [], [], [], []
     gap_scale, gap_eta = [], []  # expected control statistics: wrong vs registered closed form
-    for d, Sigma, W_QK in _draws(rng, n):
+    for d, Sigma, W_QK in qk_draws(rng, n):
         w = np.linalg.eigvals(W_QK @ Sigma).real          # real: W ~ Sigma^1/2 W_QK Sigma^1/2
         trW, trW2 = w.sum(), (w**2).sum()
         lam = np.sqrt(d)

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from verify import Control, Outcome, check
+from verify import check
+from verify.outcomes import z_control, z_test
 from verify.stats import batch_mean, z_threshold
 from verify.stats import evaluate as _cf
-from verify.stats import max_abs_z as _max_abs_z
 from verify.tasks.in_context_regression import random_covariance, random_orthogonal
 
 #: Spectrum of Sigma (random eigenvectors) and the chunk of samples drawn at once.
@@ -92,7 +92,6 @@ def mc_moments(ctx):
 
     n_entries = 1 + len(iu[0]) + 2
     z_crit = z_threshold(n_entries)
-    disc = _max_abs_z(res, vec(pred))
 
     WSW = W @ Sigma @ W
     zero = np.zeros(d)
@@ -110,17 +109,14 @@ def mc_moments(ctx):
     names = ["E[x^T W x]"] + [f"E[x_{i + 1} x_{j + 1}]" for i, j in zip(*iu)] + \
         ["E[a^T W x x^T W x]", "E[(x^T W x)^2]"]
     zs = res.z(vec(pred))
-    return Outcome(
-        measured=dict(zip(names, res.mean.tolist())),
-        predicted=dict(zip(names, vec(pred).tolist())),
-        discrepancy=disc, tolerance=z_crit,
+    return z_test(
+        res, vec(pred), n_tests=n_entries,
+        report_measured=dict(zip(names, res.mean.tolist())), report_predicted=dict(zip(names, vec(pred).tolist())),
         criterion=f"max |z| over the {n_entries} sample means (x^T W x, the 6 distinct entries of x x^T, "
                   f"a^T W x x^T W x, (x^T W x)^2; {total} samples, d = {d}) < z_threshold({n_entries}) "
                   "(Bonferroni, family-wise false alarm 1e-6); the closed forms are exact, so only "
                   "sampling error is allowed; each control's expected z is max |wrong - true| / SE",
-        controls=[Control(name, _max_abs_z(res, vec(p)), z_crit,
-                          expected=float(np.max(np.abs(vec(p) - vec(pred)) / res.se)))
-                  for name, p in controls.items()],
+        controls=[z_control(name, res, vec(p), vec(pred), tolerance=z_crit) for name, p in controls.items()],
         details={
             "samples": res.n, "d": d, "Sigma eigenvalues": list(EIGENVALUES), "|mu|": 1.0,
             "z": dict(zip(names, zs.tolist())),

@@ -114,16 +114,5 @@ def eq3_autograd(ctx):
 
 
 # =====================================================================================
-def _symmetric_with_spectrum(rng, eigs):
-    Q, _ = np.linalg.qr(rng.standard_normal((len(eigs), len(eigs))))
-    W = (Q * eigs) @ Q.T
-    return 0.5 * (W + W.T)
 
 
-def _draws(rng, n):
-    """n random (d, Sigma, symmetric W_QK): d in 2..16, anisotropic Sigma, eigenvalues N(m, s^2)."""
-    for _ in range(n):
-        d = int(rng.integers(2, 17))
-        Sigma = anisotropic_covariance(rng, d) + 1e-3 * np.eye(d)
-        eigs = rng.normal(rng.uniform(-1, 1), rng.uniform(0.05, 1.0), size=d)
-        yield d, Sigma, _symmetric_with_spectrum(rng, eigs)

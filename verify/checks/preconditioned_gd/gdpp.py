@@ -14,58 +14,23 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
-from verify.models.linear_transformer import general_layers, sparse_layers
+from verify.flows.gdpp import GDPP, GDPP_BOX, gdpp_control_z, gdpp_minima, gdpp_scales, projection_on, residual_off
+from verify.models.linear_transformer import sparse_layers
+from verify.models.linear_transformer_monte_carlo import (
+    D_PAPER,
+    N_PAPER,
+    OPT_LOSS,
+    STEPS,
+    full_gradient_z,
+    mc_transformer_loss,
+    per_prompt_gradients,
+)
 from verify.stats import evaluate as _cf
 from verify.stats import z_threshold
 from verify.tasks.preconditioned_gd import distorted_covariance
 
-from .multi_layer import D_PAPER, N_PAPER, OPT_LOSS, STEPS, _mc_transformer_loss, per_prompt_gradients
-
-GDPP = "preconditioned_gd.gdpp.loss"
-
 
 # -- (d) Theorem 4: GD++ on {A_l = a_l Sigma^{-1}, B_l = b_l I} --------------------------------
-def _residual_off(direction: np.ndarray):
-    """Per prompt: the part of each layer's gradient orthogonal (Frobenius) to ``direction``."""
-    unit = direction / np.linalg.norm(direction)
-
-    def fn(G):
-        return G - np.einsum("blij,ij->bl", G, unit)[:, :, None, None] * unit
-    return fn
-
-
-def _projection_on(direction: np.ndarray):
-    """Per prompt: each layer's gradient projected (Frobenius) on ``direction / ||direction||``."""
-    unit = direction / np.linalg.norm(direction)
-
-    def fn(G):
-        return np.einsum("blij,ij->bl", G, unit)
-    return fn
-
-
-def _gdpp_scales(n: int, d: int, a, b, h: float = 1e-5):
-    """``(g_A, g_B0)`` with ``grad_(A_l) = g_A[l] Sigma`` and ``grad_(B_0) = g_B0 I`` on Theorem
-    4's set (``A_l = a_l Sigma^{-1}``, ``B_l = b_l I``), from the closed form by central
-    differences: ``df/da_l = <grad_(A_l), Sigma^{-1}> = d g_A[l]``, ``df/db_0 = d g_B0``."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-
-    def f(da=(0.0, 0.0), db=(0.0, 0.0)):
-        return _cf(GDPP, n=n, d=d, a=a + np.asarray(da), b=b + np.asarray(db))
-
-    g_A = np.array([(f(da=h * e) - f(da=-h * e)) / (2 * h) for e in np.eye(2)]) / d
-    g_B0 = (f(db=(h, 0.0)) - f(db=(-h, 0.0))) / (2 * h) / d
-    return g_A, float(g_B0)
-
-
-#: Box of the random point (eq.-11 sign): ``-a_0 in [0.3, 0.55]``, ``-a_1 in [0.6, 1.05]``,
-#: ``b_0 in [0.65, 1]`` (``b_1`` never reaches the output). On a 9^3 grid of this box the
-#: closed form gives ``g_B0 >= 0.067`` and ``max_l |g_A[l]| >= 0.110`` (:func:`_gdpp_scales`),
-#: so the controls below are never near a point where the wrong form happens to hold; the
-#: former box (``-a_0 <= 0.8, -a_1 <= 1.5, b_0 in [0.3, 1]``) held points with ``g_B0 = 0``
-#: (seed 19: -0.0002) and ``g_B0 = 0.02`` (seeds 7 and 13, the failed control).
-GDPP_BOX = dict(a_low=(0.3, 0.6), a_high=(0.55, 1.05), b_low=(0.65, 0.3), b_high=(1.0, 1.0))
-
-
 @check("preconditioned_gd.gdpp.mc_gradient_structure", covers=[GDPP], method="torch",
        title="GD++ on S: grad_A proportional to Sigma, grad_B to I (Theorem 4); loss vs the exact polynomial")
 def gdpp_gradient_structure(ctx):
@@ -91,17 +56,17 @@ def gdpp_gradient_structure(ctx):
     a = -ctx.rng.uniform(GDPP_BOX["a_low"], GDPP_BOX["a_high"])  # eq. 11: descent needs a_l < 0
     b = ctx.rng.uniform(GDPP_BOX["b_low"], GDPP_BOX["b_high"])
     weights = {"A": np.stack([al * Si for al in a]), "B": np.stack([bl * I for bl in b])}
-    off_A, off_B = _residual_off(Sigma), _residual_off(I)
+    off_A, off_B = residual_off(Sigma), residual_off(I)
     R_A = Sigma - np.trace(Sigma) / d * I                      # the part of Sigma orthogonal to I
     R_B = I - (np.trace(Sigma) / np.sum(Sigma**2)) * Sigma     # the part of I orthogonal to Sigma
     stats = {"A off Sigma": lambda g: off_A(g["A"]), "B off I": lambda g: off_B(g["B"]),
-             "A on Sigma-perp-I": lambda g: _projection_on(R_A)(g["A"]),
-             "B on I-perp-Sigma": lambda g: _projection_on(R_B)(g["B"]), "B": lambda g: g["B"]}
+             "A on Sigma-perp-I": lambda g: projection_on(R_A)(g["A"]),
+             "B on I-perp-Sigma": lambda g: projection_on(R_B)(g["B"]), "B": lambda g: g["B"]}
     est = per_prompt_gradients(ctx, Sigma, n, weights, "gdpp", total, stats=stats)
     z_A = est["A off Sigma"].z(0.0)
     z_B = est["B off I"].z(0.0)  # B_{L-1}: gradient exactly 0 (footnote 4), z = 0
     # the loss on the set against the exact GD++ polynomial
-    loss = _mc_transformer_loss(ctx.rng, Sigma, n, list(weights["A"]), total, B_list=list(weights["B"]))
+    loss = mc_transformer_loss(ctx.rng, Sigma, n, list(weights["A"]), total, B_list=list(weights["B"]))
     f = _cf(GDPP, n=n, d=d, a=a, b=b)
     z_loss = float(loss.z(f))
     n_tests = 2 * L * d * d + 1
@@ -110,7 +75,7 @@ def gdpp_gradient_structure(ctx):
     f_wrong = _cf(GDPP, n=n, d=d, a=-a, b=-b)  # eq.-8 minus sign: Q_l = -[[A_l, 0], [0, 0]]
     trace_B = np.trace(est["B"].mean, axis1=1, axis2=2) / d
     # expected control z: the closed-form value of each statistic over its measured s.e.
-    g_A, g_B0 = _gdpp_scales(n, d, a, b)
+    g_A, g_B0 = gdpp_scales(n, d, a, b)
     proj_A, proj_B = est["A on Sigma-perp-I"], est["B on I-perp-Sigma"]
     exp_A = float(np.max(np.abs(g_A) * np.linalg.norm(R_A) / proj_A.se))
     exp_B = float(abs(g_B0) * np.linalg.norm(R_B) / proj_B.se[0])
@@ -143,34 +108,6 @@ def gdpp_gradient_structure(ctx):
 
 
 # -- (e) GD++ inside the full parametrisation ------------------------------------------------
-#: Starts (a_0, a_1, b_0) of the local searches on the L = 2 GD++ loss (eq.-11 sign).
-GDPP_STARTS = [(-0.5, -3.5, 1.0), (-1.0, -2.5, 0.3), (-2.5, -1.0, 0.3), (-0.3, -1.0, -0.5)]
-
-
-def gdpp_minima(n: int, d: int, tol: float = 1e-4) -> list[tuple[np.ndarray, np.ndarray, float]]:
-    """Local minima ``(a, b, f)`` of ``preconditioned_gd.gdpp.loss`` at ``L = 2`` over
-    ``(a_0, a_1, b_0)`` (eq.-11 sign; ``b_1`` never reaches the output and is 0), sorted by
-    loss: Nelder-Mead then BFGS on the closed form from the :data:`GDPP_STARTS`, duplicates
-    (within ``tol``) merged. At ``n = 20, d = 5`` there are two: ``f = 0.0575`` at ``a =
-    (-0.517, -3.475), b_0 = 0.868`` and ``f = 0.0865`` at ``a = (-0.769, -2.644), b_0 =
-    0.353``."""
-    from scipy.optimize import minimize
-
-    def obj(p):
-        return float(_cf(GDPP, n=n, d=d, a=[p[0], p[1]], b=[p[2], 0.0]))
-
-    found: list[tuple[np.ndarray, np.ndarray, float]] = []
-    for start in GDPP_STARTS:
-        res = minimize(obj, start, method="Nelder-Mead",
-                       options=dict(xatol=1e-10, fatol=1e-15, maxiter=20_000))
-        res = minimize(obj, res.x, method="BFGS", options=dict(gtol=1e-12))
-        if not np.isfinite(res.fun):
-            continue
-        if all(np.max(np.abs(res.x - np.r_[a, b[0]])) > tol for a, b, _ in found):
-            found.append((res.x[:2].copy(), np.array([res.x[2], 0.0]), float(res.fun)))
-    return sorted(found, key=lambda m: m[2])
-
-
 @check("preconditioned_gd.gdpp.mc_gradient_full", covers=[GDPP, OPT_LOSS], method="torch",
        title="Full (P, Q): GD++ critical points (Theorem 4, L = 2) are not critical for every "
              "entry (label-label attention [Q_l]_{d+1,d+1}); Theorem 1's optimum (L = 1) is")
@@ -207,38 +144,18 @@ def gdpp_gradient_full(ctx):
     n, d = N_PAPER, D_PAPER
     total = ctx.pick(quick=100_000, full=1_000_000)
     Sigma = distorted_covariance(ctx.rng)
-    Si, I = np.linalg.inv(Sigma), np.eye(d)
+    Si = np.linalg.inv(Sigma)
     minima = gdpp_minima(n, d)
     if len(minima) < 2:
         raise RuntimeError(f"expected two local minima of the L = 2 GD++ loss, found {minima}")
 
-    def z_full(a_list, b_list):
-        P, Q = general_layers(np.stack([al * Si for al in a_list]),
-                              np.stack([bl * I for bl in b_list]))
-        est = per_prompt_gradients(ctx, Sigma, n, {"P": P, "Q": Q}, "full", total)
-        zP, zQ = est["P"].z(0.0), est["Q"].z(0.0)
-        label = np.zeros_like(zQ, dtype=bool)
-        label[:, d, d] = True
-        rest = float(max(np.abs(zP).max(), np.abs(zQ[~label]).max()))
-        return (rest, zQ[:, d, d], est["Q"].mean[:, d, d], est["Q"].se[:, d, d], est["Q"].se[:, :d, :d],
-                est["P"].se[:, :d, :d], est["P"].se[:, d, d])
-
     names = ("global minimum", "second minimum")[ctx.pick(quick=1, full=0):]
-    per_min = [z_full(a, b) for a, b, _ in minima[2 - len(names):2]]
+    per_min = [full_gradient_z(ctx, Sigma, n, a, b, total) for a, b, _ in minima[2 - len(names):2]]
     a2, b2, _ = minima[1]
-    pert = z_full(a2 * np.array([1.0, 1.2]), b2)
+    pert = full_gradient_z(ctx, Sigma, n, a2 * np.array([1.0, 1.2]), b2, total)
     rest_pert = pert[0]
-    # expected control z (a lower bound over the entries with a closed form): the gradients at
-    # the perturbed point on Theorem 4's set over the measured s.e.: g_A[l] Sigma for the A-block
-    # of Q_l, g_B0 I for the B-block of P_0, and for [P_l]_{d+1,d+1}, by the invariance
-    # (P_l, Q_l) -> (c P_l, Q_l / c): <grad Q_l, Q_l> - <grad B_l, B_l> = d (a_l g_A[l] - b_l g_B[l])
-    # (g_B[1] = 0: B_{L-1} gets no gradient)
-    a_p = a2 * np.array([1.0, 1.2])
-    g_A_pert, g_B0_pert = _gdpp_scales(n, d, a_p, b2)
-    g_Pdd = d * (a_p * g_A_pert - np.asarray(b2, float) * np.array([g_B0_pert, 0.0]))
-    e_pert = float(max(np.max(np.abs(g_A_pert[:, None, None] * Sigma) / pert[4]),
-                       np.max(np.abs(g_B0_pert) / np.diag(pert[5][0])),
-                       np.max(np.abs(g_Pdd) / pert[6])))
+    # expected control z (a lower bound over the entries with a closed form, gdpp_control_z)
+    e_pert = gdpp_control_z(n, d, Sigma, a2 * np.array([1.0, 1.2]), b2, pert[4], pert[5], pert[6])
     # L = 1: the optimum of Theorem 1 in the sparse form, every entry free
     a1 = float(np.asarray(_cf(STEPS, n=n, d=d, L=1), dtype=float)[0])
     P1, Q1 = sparse_layers(a1 * Si[None])

@@ -15,13 +15,9 @@ from verify import Control, Outcome, check
 from verify.models.preconditioned_gd_training import (
     DIM,
     N_CONTEXT,
-    STOP_ABOVE,
     experiment_covariance,
     loss_trajectory,
-    paired_loss,
-    sqrt_psd,
     stopped_outcome,
-    window_mean,
 )
 from verify.stats import evaluate as _cf
 from verify.stats import z_threshold
@@ -80,15 +76,8 @@ def theorem4_gdpp(ctx):
     at a held-out loss of 2e17); a run whose batch loss passes :data:`STOP_ABOVE` stops and
     the check fails.
     """
-    import torch
-
-    from verify.models.linear_transformer import (
-        LinearTransformer,
-        dist_to_identity,
-        general_layers,
-        sparse_layers,
-        train_adam,
-    )
+    from verify.models.linear_transformer import dist_to_identity
+    from verify.models.preconditioned_gd_full import gdpp_run_statistics, train_gdpp
 
     n, d = N_CONTEXT, DIM
     L = ctx.pick(quick=2, full=3)
@@ -96,39 +85,18 @@ def theorem4_gdpp(ctx):
     tol = GDPP_TOL[ctx.profile]
     total = ctx.pick(quick=30_000, full=1_000_000)
     Sigma = experiment_covariance(ctx)
-    Sh, Sinv = sqrt_psd(Sigma, 0.5), np.linalg.inv(Sigma)
-    gen = ctx.torch_generator(ctx.device)
-    model = LinearTransformer(d, L, "gdpp", device=ctx.device,
-                              dtype=getattr(torch, GDPP_DTYPE[ctx.profile]))
+    Sinv = np.linalg.inv(Sigma)
     a_sparse = np.asarray(_cf("preconditioned_gd.multi_layer.optimal_steps", n=n, d=d, L=L),
                           dtype=float)
-    if ctx.profile == "quick":
-        model.init_(gen, 0.05)
-        B0 = model.B.detach().cpu().numpy()
-        model.load_(A=-a_sparse[:, None, None] * Sinv, B=B0)
-    else:
-        model.init_(gen, 1e-3)
-    B_init = model.B.detach().cpu().numpy().copy()
-    run = train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
-                     stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings)
+    run, B_init = train_gdpp(ctx, d, L, n, Sigma, settings, GDPP_DTYPE[ctx.profile],
+                             start_on=a_sparse if ctx.profile == "quick" else None)
     if run.stopped_at is not None:
         return stopped_outcome(run, f"GD++ transformer, L = {L}.",
-                        {"settings": settings, "L": L, "device": ctx.device,
-                         "dtype": GDPP_DTYPE[ctx.profile]})
-    A = -window_mean(run.A_log)           # back to the eq.-11 sign
-    B = window_mean(run.B_log)
-    M = np.einsum("ij,ljk,km->lim", Sh, A, Sh)
-    dist_B = dist_to_identity(B)
+                               {"settings": settings, "L": L, "device": ctx.device,
+                                "dtype": GDPP_DTYPE[ctx.profile]})
+    g = gdpp_run_statistics(ctx.rng, Sigma, n, total, run, a_sparse)
+    A, dist_B, dist_M, a, b, est, est_proj = (g[k] for k in ("A", "dist_B", "dist_M", "a", "b", "est", "est_proj"))
     dist_B_init = dist_to_identity(B_init)
-    dist_M = dist_to_identity(M)
-    a = np.trace(M, axis1=1, axis2=2) / d
-    b = np.trace(B, axis1=1, axis2=2) / d
-    # held-out: the trained model vs the sparse optimum (paired), and its projection on the set
-    A_proj, B_proj = a[:, None, None] * Sinv, b[:, None, None] * np.eye(d)
-    est = paired_loss(ctx.rng, Sigma, n, total, general_layers(A, B),
-                       sparse_layers(a_sparse[:, None, None] * Sinv))
-    est_proj = paired_loss(ctx.rng, Sigma, n, total, general_layers(A_proj, B_proj),
-                            sparse_layers(a_sparse[:, None, None] * Sinv))
     f_tr, f_sparse, delta = est.mean
     se_delta = est.se[2]
     f_proj, se_proj = est_proj.mean[0], est_proj.se[0]

@@ -41,44 +41,23 @@ from __future__ import annotations
 import numpy as np
 
 import theory
-from theory.preconditioned_gd.wishart import matching_counts
 from verify import Control, Outcome, check
 from verify.models.linear_transformer import general_layers, predict, sparse_layers
-from verify.stats import batch_mean, chunks, z_threshold
+from verify.models.linear_transformer_monte_carlo import (
+    D_PAPER,
+    N_PAPER,
+    OPT_LOSS,
+    STEPS,
+    mc_transformer_loss,
+    per_prompt_gradients,
+    planar_moments,
+)
 from verify.stats import evaluate as _cf
+from verify.stats import z_threshold
 from verify.tasks.preconditioned_gd import Prompts, distorted_covariance, sample_prompts
 
-#: The paper's sizes (§4.3): context length and dimension.
-N_PAPER, D_PAPER = 20, 5
-
-
-#: Prompts per forward call (bounded memory).
-CHUNK = 20_000
-
-
 LOSS = "preconditioned_gd.multi_layer.loss"
-
-
-STEPS = "preconditioned_gd.multi_layer.optimal_steps"
-
-
-OPT_LOSS = "preconditioned_gd.multi_layer.optimal_loss"
-
-
 GRAD = "preconditioned_gd.multi_layer.gradient_scales"
-
-
-
-
-
-
-
-
-def planar_moments(n: int, d: int, K: int = 6) -> np.ndarray:
-    """Wrong model (negative control): only the planar pairings (``r + c = k + 1``), i.e.
-    the Marchenko-Pastur moments at finite ``n, d`` without the real-Gaussian corrections."""
-    return np.array([sum(cnt * d**r * n ** (c - k) for (r, c), cnt in matching_counts(k).items()
-                         if r + c == k + 1) for k in range(1, K + 1)], dtype=float)
 
 
 def kernel_polynomial(a) -> np.ndarray:
@@ -192,13 +171,6 @@ def spectral_reduction(ctx):
 
 
 # -- (b) the loss polynomial vs the transformer ------------------------------------------
-def _mc_transformer_loss(rng, Sigma, n, A_list, total, task="inverse", B_list=None):
-    P, Q = sparse_layers(A_list) if B_list is None else general_layers(A_list, B_list)
-    acc = batch_mean()
-    for size in chunks(total, CHUNK):
-        pr = sample_prompts(rng, Sigma, n, size, task=task)
-        acc.add((predict(pr.tokens(), P, Q) - pr.target) ** 2)
-    return acc.result()
 
 
 @check("preconditioned_gd.multi_layer.mc_loss", covers=[LOSS, STEPS, OPT_LOSS], method="monte_carlo",
@@ -217,7 +189,7 @@ def mc_loss(ctx):
     rows, z, z_planar = {}, [], []
     e_planar = []  # expected control z: |planar-moment loss - loss| / measured s.e.
     for name, a in cases:
-        est = _mc_transformer_loss(ctx.rng, Sigma, n, [al * Si for al in a], total)
+        est = mc_transformer_loss(ctx.rng, Sigma, n, [al * Si for al in a], total)
         f = _cf(LOSS, n=n, d=d, a=a)
         z.append(float(est.z(f)))
         z_planar.append(float(est.z(loss_from_moments(a, m_planar))))
@@ -227,7 +199,7 @@ def mc_loss(ctx):
     rows["L=3 optimal"]["optimal_loss"] = _cf(OPT_LOSS, n=n, d=d, L=3)
     # wrong data model: w* ~ N(0, I) (Theorem 1's task) with the same steps, one layer
     a1 = cases[0][1]
-    est_id = _mc_transformer_loss(ctx.rng, Sigma, n, [a1[0] * Si], total // 2, task="identity")
+    est_id = mc_transformer_loss(ctx.rng, Sigma, n, [a1[0] * Si], total // 2, task="identity")
     z_id = float(est_id.z(_cf(LOSS, n=n, d=d, a=a1)))
     # expected: the loss under w* ~ N(0, I) is the single-layer loss f(A = a_1 Sigma^{-1})
     f_id = theory.get("preconditioned_gd.single_layer.loss")(Sigma=Sigma, n=n, A=a1[0] * Si)
@@ -260,8 +232,8 @@ def _kernel_roots(L: int, n: int, d: int, dps: int) -> list:
     import mpmath as mp
     import sympy as sp
 
-    from theory.preconditioned_gd.multi_layer import optimal_kernel
     from theory.preconditioned_gd import sym
+    from theory.preconditioned_gd.multi_layer import optimal_kernel
 
     sn, sd = sym("n"), sym("d")
     c = [sp.Rational(x.subs({sn: n, sd: d})) for x in optimal_kernel(L)]
@@ -282,8 +254,8 @@ def steps_are_kernel_roots(ctx):
     import mpmath as mp
     import sympy as sp
 
-    from theory.preconditioned_gd.multi_layer import optimal_steps_of
     from theory.preconditioned_gd import sym
+    from theory.preconditioned_gd.multi_layer import optimal_steps_of
 
     dps = 60
     sn, sd = sym("n"), sym("d")
@@ -328,49 +300,6 @@ def steps_are_kernel_roots(ctx):
 
 
 # -- (c) gradients on S: autograd of the transformer, per prompt ---------------------------
-def per_prompt_gradients(ctx, Sigma, n, weights: dict, parametrisation: str, total: int,
-                         stats=None):
-    """Mean and s.e. of the per-prompt gradients of ``(TF_L - y_q)^2`` w.r.t. the full weight
-    matrices (torch autograd through :class:`LinearTransformer`, float64).
-
-    ``weights``: ``{"A": (L, d, d)}`` (sparse, eq. 8), ``{"A": ..., "B": ...}`` (GD++,
-    eq. 11) or ``{"P": (L, d+1, d+1), "Q": ...}`` (every entry, "full"). Returns
-    ``{name: MeanEstimate}``: by default of each weight's gradient (L, d, d);
-    with ``stats = {name: fn}``, of ``fn(grads)`` per prompt (``grads``: weight name -> array
-    (B, L, d, d); ``fn`` linear, e.g. a projection, so its mean is ``fn`` of the mean gradient).
-    """
-    import torch
-    from torch.func import functional_call, grad, vmap
-
-    from verify.models.linear_transformer import LinearTransformer, sample_tokens_torch
-
-    first = weights["A"] if "A" in weights else weights["P"]        # "full": P, Q (L, d+1, d+1)
-    L, d = first.shape[0], first.shape[1] - (0 if "A" in weights else 1)
-    model = LinearTransformer(d, L, parametrisation)
-    params = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in weights.items()}
-
-    def loss_one(p, Z, y):
-        pred = -functional_call(model, p, (Z[None],))[0, d, -1]
-        return (pred - y) ** 2
-
-    per_grad = vmap(grad(loss_one), in_dims=(None, 0, 0))
-    gen = ctx.torch_generator()
-    chol = torch.as_tensor(np.linalg.cholesky(Sigma), dtype=torch.float64)
-    if stats is None:
-        stats = {k: (lambda g, k=k: g[k]) for k in weights}
-    accs = {k: batch_mean() for k in stats}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is several times faster than two
-    try:
-        for size in chunks(total, 10_000):
-            batch = sample_tokens_torch(None, n, size, generator=gen, task="inverse", chol=chol)
-            g = per_grad(params, batch.Z, batch.y_q)
-            g = {k: v.detach().numpy() for k, v in g.items()}
-            for k, fn in stats.items():
-                accs[k].add(fn(g))
-    finally:
-        torch.set_num_threads(threads)
-    return {k: acc.result() for k, acc in accs.items()}
 
 
 @check("preconditioned_gd.multi_layer.mc_gradient", covers=[GRAD, STEPS], method="torch",

@@ -16,11 +16,10 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.models.linear_transformer import predict
+from verify.outcomes import z_score
 from verify.stats import batch_mean, chunks, z_threshold
 from verify.stats import evaluate as _cf
 from verify.tasks.preconditioned_gd import sample_prompts
-
-from .single_layer import _z
 
 
 # -- (d') ReLU attention (Theorem 5) ---------------------------------------------------------------------
@@ -78,16 +77,16 @@ def relu_mc_loss(ctx):
         r = est.result()
         names = [name for name in mats if name != "A*"]
         exact = {name: relu_loss(n=n, A=A) for name, A in mats.items()}
-        zs.append(_z(r.mean[0], r.se[0], f_star))
-        zs.append(_z(r.mean[0], r.se[0], exact["A*"]))
+        zs.append(z_score(r.mean[0], r.se[0], f_star))
+        zs.append(z_score(r.mean[0], r.se[0], exact["A*"]))
         for j, name in enumerate(names, start=1):
-            zs.append(_z(r.mean[j], r.se[j], exact[name] - exact["A*"]))
+            zs.append(z_score(r.mean[j], r.se[j], exact[name] - exact["A*"]))
         j_lin = 1 + names.index("linear-attention scale")
         gap_lin = exact["linear-attention scale"] - exact["A*"]
         exp_lin = abs(gap_lin) / r.se[j_lin]
         controls.append(Control(f"d={d}, n={n}: linear-attention scale -n/(n+d+1) as the minimiser "
                                 f"(paired gap = 0; expected z {exp_lin:.1f})",
-                                abs(_z(r.mean[j_lin], r.se[j_lin], 0.0)), 0.0, expected=float(exp_lin)))
+                                abs(z_score(r.mean[j_lin], r.se[j_lin], 0.0)), 0.0, expected=float(exp_lin)))
         # a wrong curvature: c of linear attention, (n+d+1)/n, in place of (n+2d+3)/(4n)
         c_lin = (n + d + 1) / n
         wrong = {name: c_lin * np.sum(A**2) + np.trace(A) + d for name, A in mats.items()}
@@ -96,7 +95,7 @@ def relu_mc_loss(ctx):
         exp_curv = abs(wrong_gap - (exact["0.8 A*"] - exact["A*"])) / r.se[j_08]
         controls.append(Control(f"d={d}, n={n}: linear-attention curvature (n+d+1)/n in f(A), paired gap at "
                                 f"0.8 A* (expected z {exp_curv:.0f})",
-                                abs(_z(r.mean[j_08], r.se[j_08], wrong_gap)), 0.0, expected=float(exp_curv)))
+                                abs(z_score(r.mean[j_08], r.se[j_08], wrong_gap)), 0.0, expected=float(exp_curv)))
         per.append({"d": d, "n": n, "prompts": total, "f_star": f_star, "mc_at_A_star": float(r.mean[0]),
                     "se": float(r.se[0]),
                     "paired_gaps_mc": dict(zip(names, r.mean[1:].tolist())),

@@ -30,10 +30,17 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
-from verify.models.linear_transformer import predict, sparse_layers
+from verify.outcomes import z_score
 from verify.stats import batch_mean, chunks, rel_frobenius, z_threshold
 from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import random_orthogonal
+from verify.tasks.lifted_least_squares import (
+    SandwichLS,
+    best_scalar,
+    gamma_coefficients,
+    lifted_features,
+    predict_sparse,
+)
 from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance, sample_prompts
 
 TOPIC = "preconditioned_gd.single_layer"
@@ -45,25 +52,6 @@ CHUNK = 50_000
 
 #: A strongly anisotropic 3 x 3 spectrum for the small configuration (d = 3, n = 4).
 SMALL_EIGENVALUES = (2.0, 0.5, 0.1)
-
-
-
-
-def _predict_sparse(Z0: np.ndarray, A: np.ndarray) -> np.ndarray:
-    """One sparse layer (eq. 8): P = E_{d+1,d+1}, Q = -[[A, 0], [0, 0]]; TF_1 = -[Z_1]_{d+1,n+1}."""
-    P, Q = sparse_layers([A])
-    return predict(Z0, P, Q)
-
-
-def _z(mean, se, predicted) -> float:
-    return float((mean - predicted) / se)
-
-
-def _best_scalar(loss, Sigma, n, B) -> float:
-    """argmin_g f(g B) from the exact loss, which is quadratic in g: f(g) = f0 + b g + a g^2."""
-    f0, f1, fm = (loss(Sigma=Sigma, n=n, A=g * B) for g in (0.0, 1.0, -1.0))
-    a, b = (f1 + fm) / 2 - f0, (f1 - fm) / 2
-    return -b / (2 * a)
 
 
 # -- (a) the optimum ------------------------------------------------------------------------
@@ -94,32 +82,32 @@ def mc_optimum(ctx):
         alts = {}
         if not isotropic:
             Sinv = np.linalg.inv(Sigma)
-            alts["plain GD, best step (gamma I)"] = _best_scalar(loss, Sigma, n, np.eye(d)) * np.eye(d)
-            alts["Sigma^{-1} preconditioning, best step"] = _best_scalar(loss, Sigma, n, Sinv) * Sinv
+            alts["plain GD, best step (gamma I)"] = best_scalar(loss, Sigma, n, np.eye(d)) * np.eye(d)
+            alts["Sigma^{-1} preconditioning, best step"] = best_scalar(loss, Sigma, n, Sinv) * Sinv
         est = batch_mean()
         for k in chunks(total, CHUNK):
             pr = sample_prompts(rng, Sigma, n, k)
             Z0 = pr.tokens()
-            e_opt = (_predict_sparse(Z0, G) - pr.target) ** 2
-            cols = [e_opt] + [(_predict_sparse(Z0, A) - pr.target) ** 2 - e_opt for A in alts.values()]
+            e_opt = (predict_sparse(Z0, G) - pr.target) ** 2
+            cols = [e_opt] + [(predict_sparse(Z0, A) - pr.target) ** 2 - e_opt for A in alts.values()]
             est.add(np.stack(cols, axis=1))
             if forward_vs_reduced == 0.0:  # the forward equals the reduced formula h^T A x_q (eq. 15)
                 reduced = np.einsum("bi,ij,bj->b", pr.h[:1000], G, pr.query[:1000])
-                forward_vs_reduced = float(np.max(np.abs(_predict_sparse(Z0[:1000], G) - reduced)))
+                forward_vs_reduced = float(np.max(np.abs(predict_sparse(Z0[:1000], G) - reduced)))
         r = est.result()
-        z_opt = _z(r.mean[0], r.se[0], f_star)
-        z_loss_fn = _z(r.mean[0], r.se[0], loss(Sigma=Sigma, n=n, A=G))
+        z_opt = z_score(r.mean[0], r.se[0], f_star)
+        z_loss_fn = z_score(r.mean[0], r.se[0], loss(Sigma=Sigma, n=n, A=G))
         zs += [z_opt, z_loss_fn]
         per[name] = {"f_star": f_star, "mc": float(r.mean[0]), "se": float(r.se[0]), "z": z_opt,
                      "Gamma_star_eigenvalues": np.linalg.eigvalsh(G).tolist()}
         for j, (alt, A) in enumerate(alts.items(), start=1):
             gap = loss(Sigma=Sigma, n=n, A=A) - f_star
-            z_gap = _z(r.mean[j], r.se[j], gap)
+            z_gap = z_score(r.mean[j], r.se[j], gap)
             zs.append(z_gap)
             per[name][alt] = {"exact_gap": gap, "mc_gap": float(r.mean[j]), "se": float(r.se[j]),
                               "z_vs_exact_gap": z_gap}
             controls.append(Control(f"{name}: {alt} as optimal as Gamma* (paired gap = 0)",
-                                    abs(_z(r.mean[j], r.se[j], 0.0)), 0.0,
+                                    abs(z_score(r.mean[j], r.se[j], 0.0)), 0.0,
                                     expected=float(abs(gap) / r.se[j])))  # exact gap / measured s.e.
     z_crit = z_threshold(len(zs))
     controls = [dataclasses.replace(c, tolerance=z_crit) for c in controls]
@@ -164,8 +152,8 @@ def mc_perturbation(ctx):
     for k in chunks(total, CHUNK):
         pr = sample_prompts(rng, Sigma, n, k)
         Z0 = pr.tokens()
-        e0 = (_predict_sparse(Z0, G) - pr.target) ** 2
-        est.add(np.stack([(_predict_sparse(Z0, G + D) - pr.target) ** 2 - e0 for D in deltas.values()], axis=1))
+        e0 = (predict_sparse(Z0, G) - pr.target) ** 2
+        est.add(np.stack([(predict_sparse(Z0, G + D) - pr.target) ** 2 - e0 for D in deltas.values()], axis=1))
     r = est.result()
     exact = np.array([loss(Sigma=Sigma, n=n, A=G + D) - f_star for D in deltas.values()])
     formula = np.array([np.trace(Sigma @ D.T @ M2 @ D) for D in deltas.values()])
@@ -189,58 +177,6 @@ def mc_perturbation(ctx):
 
 
 # -- (c) optimality over every single-layer (P, Q) --------------------------------------------------
-def _lifted_features(pr) -> np.ndarray:
-    """Features G_kl x_q[j] (k <= l), G = (1/n) sum_i z_i z_i^T over the context tokens (eq. 15)."""
-    Z = pr.tokens()[:, :, :-1]
-    Gm = np.einsum("bki,bli->bkl", Z, Z) / pr.n
-    k, l = np.triu_indices(Gm.shape[1])
-    g = Gm[:, k, l]
-    return (g[:, :, None] * pr.query[:, None, :]).reshape(g.shape[0], -1)
-
-
-def _gamma_coefficients(Gamma: np.ndarray) -> np.ndarray:
-    """Coefficient vector of the predictor h^T Gamma x_q in the lifted features (h_j = G_{j,d+1})."""
-    d = Gamma.shape[0]
-    k, l = np.triu_indices(d + 1)
-    coef = np.zeros((k.size, d))
-    for row, (kk, ll) in enumerate(zip(k, l)):
-        if ll == d and kk < d:
-            coef[row] = Gamma[kk]
-    return coef.reshape(-1)
-
-
-class _SandwichLS:
-    """Streaming least squares with sandwich (heteroscedasticity-robust) z-scores of the fit
-    against hypothesised coefficient vectors: with g_i = x_i (y_i - x_i^T m0), the fit satisfies
-    m_hat - m0 = H^{-1} mean(g) exactly (H = mean x x^T), and Cov(m_hat) = H^{-1} Cov(g) H^{-1} / N."""
-
-    def __init__(self, hypotheses: dict):
-        self.hyp = hypotheses
-        self.N = 0
-        self.H = 0.0
-        self.b = 0.0
-        self.g = {k: 0.0 for k in hypotheses}
-        self.gg = {k: 0.0 for k in hypotheses}
-
-    def add(self, X, y):
-        self.N += len(y)
-        self.H = self.H + X.T @ X
-        self.b = self.b + X.T @ y
-        for k, m in self.hyp.items():
-            Xr = X * (y - X @ m)[:, None]
-            self.g[k] = self.g[k] + Xr.sum(axis=0)
-            self.gg[k] = self.gg[k] + Xr.T @ Xr
-
-    def fit(self):
-        return np.linalg.solve(self.H, self.b)
-
-    def z(self, name):
-        N = self.N
-        Hinv = np.linalg.inv(self.H / N)
-        gbar = self.g[name] / N
-        cov_g = (self.gg[name] - N * np.outer(gbar, gbar)) / (N - 1)
-        cov = Hinv @ cov_g @ Hinv / N
-        return (Hinv @ gbar) / np.sqrt(np.diag(cov))
 
 
 @check(f"{TOPIC}.lifted_least_squares",
@@ -258,38 +194,35 @@ def lifted_least_squares(ctx):
     G = _cf(f"{TOPIC}.optimal_preconditioner", Sigma=Sigma, n=n)
     f_star = _cf(f"{TOPIC}.optimal_loss", Sigma=Sigma, n=n)
     Sinv = np.linalg.inv(Sigma)
-    hyp = {"Gamma*": _gamma_coefficients(G),
-           "Sigma^-1 (n -> inf)": _gamma_coefficients(Sinv),
-           "n/(n+d+1) Sigma^-1 (Theorem-3 model)": _gamma_coefficients(n / (n + d + 1) * Sinv)}
+    hyp = {"Gamma*": gamma_coefficients(G),
+           "Sigma^-1 (n -> inf)": gamma_coefficients(Sinv),
+           "n/(n+d+1) Sigma^-1 (Theorem-3 model)": gamma_coefficients(n / (n + d + 1) * Sinv)}
     train = ctx.pick(quick=300_000, full=2_000_000)
-    ls = _SandwichLS(hyp)
+    ls = SandwichLS(hyp)
     for k in chunks(train, 25_000):
         pr = sample_prompts(rng, Sigma, n, k)
-        ls.add(_lifted_features(pr), pr.target)
+        ls.add(lifted_features(pr), pr.target)
     m_hat = ls.fit()
     held = batch_mean()
     for k in chunks(train, 25_000):
         pr = sample_prompts(rng, Sigma, n, k)
-        X = _lifted_features(pr)
+        X = lifted_features(pr)
         e_ls = (X @ m_hat - pr.target) ** 2
-        e_opt = (_predict_sparse(pr.tokens(), G) - pr.target) ** 2
+        e_opt = (predict_sparse(pr.tokens(), G) - pr.target) ** 2
         held.add(np.stack([e_ls, e_ls - e_opt, e_opt], axis=1))
     h = held.result()
     z_coef = ls.z("Gamma*")
     K = z_coef.size
     z_crit = z_threshold(K + 2)
     # one-sided: the least-squares predictor must not be *better* than Gamma* beyond noise
-    z_ls_below = _z(h.mean[1], h.se[1], 0.0)
-    z_opt = _z(h.mean[2], h.se[2], f_star)
+    z_ls_below = z_score(h.mean[1], h.se[1], 0.0)
+    z_opt = z_score(h.mean[2], h.se[2], f_star)
     disc = max(float(np.max(np.abs(z_coef))), max(-z_ls_below, 0.0), abs(z_opt))
     k, l = np.triu_indices(d + 1)
     block = m_hat.reshape(k.size, d)[(l == d) & (k < d)]
     # expected control z: |wrong - true coefficients| over the sandwich s.e. of the fit under
-    # Gamma* (the same formula as _SandwichLS.z, from the accumulated sums; no new sampling)
-    Hinv = np.linalg.inv(ls.H / ls.N)
-    gbar = ls.g["Gamma*"] / ls.N
-    cov_g = (ls.gg["Gamma*"] - ls.N * np.outer(gbar, gbar)) / (ls.N - 1)
-    se_coef = np.sqrt(np.diag(Hinv @ cov_g @ Hinv / ls.N))
+    # Gamma* (from the accumulated sums; no new sampling)
+    se_coef = ls.se("Gamma*")
     exp_coef = {name: float(np.max(np.abs(hyp[name] - hyp["Gamma*"]) / se_coef)) for name in hyp}
     return Outcome(
         measured={"coefficients_on_h_j_xq_j'": block.tolist(), "held_out_loss": float(h.mean[0])},
@@ -331,19 +264,19 @@ def mc_inverse_task(ctx):
         for k in chunks(total, CHUNK):
             pr = sample_prompts(rng, Sigma, n, k, task="inverse")
             Z0 = pr.tokens()
-            e = (_predict_sparse(Z0, G) - pr.target) ** 2
-            est.add(np.stack([e, (_predict_sparse(Z0, G1) - pr.target) ** 2 - e,
-                              (_predict_sparse(Z0, 1.1 * G) - pr.target) ** 2 - e], axis=1))
+            e = (predict_sparse(Z0, G) - pr.target) ** 2
+            est.add(np.stack([e, (predict_sparse(Z0, G1) - pr.target) ** 2 - e,
+                              (predict_sparse(Z0, 1.1 * G) - pr.target) ** 2 - e], axis=1))
         r = est.result()
         # exact gap of 1.1 G along the direction: f(a) quadratic, f(1.1 a*) - f* = 0.01 * (d - f*)
         gap_scaled = 0.01 * (d - f_star)
-        zs += [_z(r.mean[0], r.se[0], f_star), _z(r.mean[2], r.se[2], gap_scaled)]
+        zs += [z_score(r.mean[0], r.se[0], f_star), z_score(r.mean[2], r.se[2], gap_scaled)]
         # expected: the exact gap f(G1) - f* under w* ~ N(0, Sigma^{-1}) over the measured s.e.;
         # f(A) = d - 2 tr(Sigma A) + (n+d+1)/n tr(Sigma A^T Sigma A) (E[S Sigma^{-1} S] =
         # (n+d+1)/n Sigma), which gives f* = d(d+1)/(n+d+1) at n/(n+d+1) Sigma^{-1}
         f_G1 = d - 2 * np.trace(Sigma @ G1) + (n + d + 1) / n * np.trace(Sigma @ G1.T @ Sigma @ G1)
         controls.append(Control(f"d={d}, n={n}: Theorem 1's Gamma* as optimal here (paired gap = 0)",
-                                abs(_z(r.mean[1], r.se[1], 0.0)), 0.0,
+                                abs(z_score(r.mean[1], r.se[1], 0.0)), 0.0,
                                 expected=float(abs(f_G1 - f_star) / r.se[1])))
         per.append({"d": d, "n": n, "f_star": f_star, "mc": float(r.mean[0]), "se": float(r.se[0]),
                     "gap_theorem1": float(r.mean[1]), "gap_theorem1_se": float(r.se[1]),
@@ -370,10 +303,8 @@ def mc_inverse_task(ctx):
              "(Lambda = Sigma, N = n); the derived optima are stationary")
 def one_theory(ctx):
     from theory.compare import equal
-    from theory.preconditioned_gd import relu
+    from theory.preconditioned_gd import relu, sym
     from theory.preconditioned_gd import single_layer as sl
-
-    from theory.preconditioned_gd import sym
 
     ident = sl.one_theory_identities()
     claims = {

@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.models.linear_transformer_monte_carlo import D_PAPER, N_PAPER, planar_moments
 from verify.stats import batch_mean, chunks, z_threshold
 from verify.stats import evaluate as _cf
-
-from .multi_layer import D_PAPER, N_PAPER, planar_moments
 
 MOMENTS = "preconditioned_gd.wishart.trace_moments"
 

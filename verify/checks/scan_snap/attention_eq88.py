@@ -29,84 +29,9 @@ import math
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.flows.scan_snap import beta_eq88, eq88_trial, theorem1_coefficients, weak_attention
 
 EPS = np.finfo(float).eps
-
-
-
-
-def zeta(M: int) -> np.ndarray:
-    """Rows zeta_n = M/(M-1) (e_n - 1/M) for n = 0..M-1 (App. D.1)."""
-    return M / (M - 1) * (np.eye(M) - 1.0 / M)
-
-
-def q_values(M: int) -> tuple[float, float]:
-    """(q_1, q_0) = (zeta_i^T zeta_i, zeta_j^T zeta_i), App. D.1."""
-    return 1 + 1 / (M - 1), -M / (M - 1) ** 2
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(axis=-1, keepdims=True)
-    e = np.exp(x)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-# =====================================================================================
-# Eq. 88
-# =====================================================================================
-def weak_attention(rng, M: int, K: int, overlap: float = 0.3) -> np.ndarray:
-    """A nonnegative unit-column F (M x K): class n has its own distinct block and all classes
-    share a few common tokens with small random weight (weakly correlated, full column rank)."""
-    n_common = 3
-    block = (M - n_common) // K
-    F = np.zeros((M, K))
-    for n in range(K):
-        F[n_common + n * block:n_common + (n + 1) * block, n] = rng.uniform(0.5, 1.0, block)
-        F[:n_common, n] = overlap * rng.uniform(0.0, 1.0, n_common)
-    return F / np.linalg.norm(F, axis=0)
-
-
-def theorem1_coefficients(F: np.ndarray, theta: np.ndarray, h: float, n: int):
-    """Coefficients of g = Y(e_n - alpha_n) in the basis F, divided by gamma (1 + sigma).
-
-    Y = F (I - E')(I + Theta) Wbar (eq. 70) with Wbar rows (M - 1) h zeta_k, so F^T Y =
-    (I + Theta) Wbar and alpha_n = softmax(Y^T f_n) is the real softmax of w_n = (1 + theta_n)(M - 1) h
-    zeta_n. gamma (1 + sigma) = (M - 1)^2 h/((M - 1) + exp(M h (1 + theta_n))) (eqs. 71, 85: the
-    factor that e_n - alpha_n carries beyond zeta_n, times (M - 1) h).
-
-    Returns (a, E', residual): a (K,) with g = gamma (1 + sigma) F a, E' = I - (I + E)^{-1}, and the
-    relative residual of the least-squares fit (g lies in span F exactly).
-    """
-    M, K = F.shape
-    E = F.T @ F - np.eye(K)
-    Ep = np.eye(K) - np.linalg.inv(np.eye(K) + E)
-    Wbar = (M - 1) * h * zeta(M)[:K]
-    Y = F @ (np.eye(K) - Ep) @ np.diag(1 + theta) @ Wbar
-    alpha = softmax(Y.T @ F[:, n])
-    err = -alpha
-    err[n] = np.sum(np.delete(alpha, n))    # 1 - alpha_n without cancellation (alpha_n -> 1 late)
-    g = Y @ err
-    a, *_ = np.linalg.lstsq(F, g, rcond=None)
-    resid = float(np.linalg.norm(F @ a - g) / np.linalg.norm(g))
-    scale = (M - 1) ** 2 * h / ((M - 1) + math.exp(M * h * (1 + theta[n])))
-    return a / scale, Ep, resid
-
-
-def iota_eq86(Ep, theta, M, n):
-    """iota_n/(1 + sigma), eq. 86."""
-    q1, q0 = q_values(M)
-    others = [k for k in range(len(theta)) if k != n]
-    return q1 * (1 + theta[n]) * (1 - Ep[n, n]) - q0 * sum((1 + theta[k]) * Ep[k, n] for k in others)
-
-
-def beta_eq88(Ep, theta, M, n, m, printed: bool = False):
-    """beta_nm/(1 + sigma), eq. 88; the q_0 (1 + theta_m) term enters with the corrected minus
-    sign, or with the printed plus sign when ``printed``."""
-    q1, q0 = q_values(M)
-    sign = 1.0 if printed else -1.0
-    others = [k for k in range(len(theta)) if k != n]
-    return (q1 * (1 + theta[n]) * Ep[n, m] + sign * q0 * (1 + theta[m])
-            + q0 * sum((1 + theta[k]) * Ep[k, m] for k in others))
 
 
 @check("scan_snap.attention.eq88_beta_sign", aliases=["scan_snap.errata.eq88_beta_sign"],
@@ -134,20 +59,9 @@ def eq88_beta_sign(ctx):
         for K in (3, 4, 6):
             worst, worst_p = 0.0, np.inf
             for _ in range(trials):
-                F = weak_attention(rng, M, K)
-                theta = rng.uniform(-0.2, 0.2, K)
-                h = rng.uniform(0.2, 2.0) * math.log(M) / M
-                n = int(rng.integers(K))
-                a, Ep, r = theorem1_coefficients(F, theta, h, n)
-                resid = max(resid, r)
-                err_iota = max(err_iota, abs(a[n] - iota_eq86(Ep, theta, M, n)))
-                for m in range(K):
-                    if m == n:
-                        continue
-                    worst = max(worst, abs(-a[m] - beta_eq88(Ep, theta, M, n, m)))
-                    worst_p = min(worst_p, abs(-a[m] - beta_eq88(Ep, theta, M, n, m, printed=True)))
-                    e_printed = min(e_printed, abs(beta_eq88(Ep, theta, M, n, m)
-                                                   - beta_eq88(Ep, theta, M, n, m, printed=True)))
+                r, e_iota, w, w_p, e_p = eq88_trial(rng, M, K)
+                resid, err_iota, worst = max(resid, r), max(err_iota, e_iota), max(worst, w)
+                worst_p, e_printed = min(worst_p, w_p), min(e_printed, e_p)
             details[f"M={M}, K={K}"] = {"max |beta - eq. 88 corrected|": worst,
                                         "min |beta - eq. 88 printed|": worst_p,
                                         "2 |q_0| (the sign flip's size at theta = 0)": 2 * M / (M - 1) ** 2}

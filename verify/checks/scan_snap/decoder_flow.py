@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.scan_snap.h import trajectory
+import theory
 from verify import Control, Outcome, check
-from verify.models.scan_snap import decoder_run
+from verify.flows.scan_snap import lemma5_case
 
-from .attention_flow import _get
+
+def _get(name):
+    return theory.get(f"scan_snap.{name}")
 
 
 # -- Lemma 5 ----------------------------------------------------------------------------------------
@@ -29,40 +31,13 @@ def lemma5_decoder(ctx):
     ctrl_cont, ctrl_shift = np.inf, np.inf
     e_cont, e_shift = np.inf, np.inf  # expected: the wrong closed forms against the right ones
     for M, eta in cases:
-        L = 12
-        f = np.abs(ctx.rng.standard_normal(L))
-        f /= np.linalg.norm(f)
-        label = int(ctx.rng.integers(M))
-        w, alpha = decoder_run(M, eta, steps, f, label)
-        hs = trajectory(steps, M, eta)
-        pattern = -np.ones(M)
-        pattern[label] = M - 1  # (M - 1) zeta_n = M e_n - 1
-        pred_w = hs[:, None] * pattern[None, :]
-        ew = np.max(np.abs(w - pred_w)) / np.max(np.abs(pred_w))
-        a_lab = 1.0 / (1.0 + (M - 1) * np.exp(-M * hs[:-1]))  # eq. 32 with h*(s-1)
-        a_oth = 1.0 / ((M - 1) + np.exp(M * hs[:-1]))
-        pred_a = np.repeat(a_oth[:, None], M, axis=1)
-        pred_a[:, label] = a_lab
-        ea = np.max(np.abs(alpha - pred_a)) / np.max(np.abs(pred_a))
-        # the registered records at log-spaced steps (evaluated through scan_snap.h.discrete)
-        ss = np.unique(np.geomspace(1, steps, 8).astype(int))
-        rec = []
-        for s in ss:
-            kw = dict(s=int(s), M=M, eta_Y=eta)
-            rec += [abs(_get("decoder.label_logit")(**kw) - w[s, label]) / abs(w[s, label]),
-                    abs(_get("decoder.alpha_correct")(**kw) - alpha[s - 1, label]) / alpha[s - 1, label],
-                    abs(_get("decoder.residual")(**kw) - (1 - alpha[s - 1, label])) / (1 - alpha[s - 1, label])]
-        er = max(rec)
-        # controls: the continuous h(s) in place of h*(s); alpha from h*(s) instead of h*(s-1)
-        hc = _get("h.continuous")(t=np.arange(steps + 1, dtype=float), M=M, eta_Y=eta)
-        ctrl_cont = min(ctrl_cont, np.max(np.abs(w - hc[:, None] * pattern[None, :])) / np.max(np.abs(pred_w)))
-        a_shift = 1.0 / (1.0 + (M - 1) * np.exp(-M * hs[1:]))
-        ctrl_shift = min(ctrl_shift, np.max(np.abs(alpha[:, label] - a_shift)) / np.max(a_lab))
-        e_cont = min(e_cont, np.max(np.abs((hs - hc)[:, None] * pattern[None, :])) / np.max(np.abs(pred_w)))
-        e_shift = min(e_shift, np.max(np.abs(a_lab - a_shift)) / np.max(a_lab))
+        c = lemma5_case(ctx.rng, M, eta, steps)
+        ew, ea, er = c["rel_err_w"], c["rel_err_alpha"], c["rel_err_records"]
+        ctrl_cont, ctrl_shift = min(ctrl_cont, c["control continuous"]), min(ctrl_shift, c["control shift"])
+        e_cont, e_shift = min(e_cont, c["expected continuous"]), min(e_shift, c["expected shift"])
         worst_w, worst_a, worst_rec = max(worst_w, ew), max(worst_a, ea), max(worst_rec, er)
-        rows.append({"M": M, "eta_Y": eta, "label": label, "rel_err_w": ew, "rel_err_alpha": ea,
-                     "rel_err_records": er, "h*(S)": hs[-1]})
+        rows.append({"M": M, "eta_Y": eta, "label": c["label"], "rel_err_w": ew, "rel_err_alpha": ea,
+                     "rel_err_records": er, "h*(S)": c["h*(S)"]})
     disc = max(worst_w, worst_a, worst_rec)
     # round-off model: float64 sums of `steps` terms (~ steps * 2^-52 relative) times the
     # cancellation factor 1/(1 - alpha) <= 10 of the residual: 10 * steps * 2^-52

@@ -29,17 +29,14 @@ import math
 
 import numpy as np
 
-from theory.scan_snap.h import h_continuous, trajectory
+from theory.scan_snap.h import trajectory
 from verify import Control, Outcome, check
+from verify.flows.scan_snap import h_numpy, regime_errors
 from verify.stats import evaluate as _cf
 
 EPS = np.finfo(float).eps
 
 
-
-
-def _h(t, M, eta):
-    return h_continuous("numpy", np.asarray(t, dtype=float), M, eta)
 
 
 # =====================================================================================
@@ -57,7 +54,7 @@ def lemma7_gap(ctx):
     for M in Ms:
         for eta in etas:
             hs = trajectory(S, M, eta)
-            h = _h(np.arange(S + 1, dtype=float), M, eta)
+            h = h_numpy(np.arange(S + 1, dtype=float), M, eta)
             gap = hs - h
             bound = _cf("scan_snap.h.gap_bound", M=M, eta_Y=eta)
             # round-off allowance for the lower side: the S-term float64 sum and the Newton solve
@@ -79,7 +76,7 @@ def lemma7_gap(ctx):
                 x += eta / (M + math.exp(M * x))
                 h_wrong.append(x)
             h_wrong = np.array(h_wrong)
-            gap = h_wrong - _h(np.arange(len(h_wrong), dtype=float), M, eta)
+            gap = h_wrong - h_numpy(np.arange(len(h_wrong), dtype=float), M, eta)
             allow = (len(h_wrong) + 4) * EPS * h_wrong[-1]
             ctrl_low = max(ctrl_low, float(max(0.0, -gap.min()) / allow))
     disc = max(worst_ratio, worst_low)
@@ -114,35 +111,9 @@ def regimes(ctx):
     e_lin, e_log = 0.0, 0.0  # expected control statistics: wrong form vs the registered form
     for M in Ms:
         for eta in etas:
-            tA = _cf("scan_snap.speed.scan_end", M=M, K=1, eta_Y=eta)
-            tB = _cf("scan_snap.speed.crossing_time", M=max(M, 4), K=1, eta_Y=eta)
-            # linear: e^u + (M-1) u = 1 + M eta t gives u = eta t - u^2/(2M) + ..., so the relative
-            # error of eta t/M is about u/(2M); test |ratio - 1| <= u/M at t = 1e-5..1e-1 t_A
-            t = tA * np.logspace(-5, -1, 9)
-            h = _h(t, M, eta)
-            u = M * h
-            pred = _cf("scan_snap.h.linear", t=t, M=M, eta_Y=eta)
-            lin = max(lin, float(np.max(np.abs(h / pred - 1) / (u / M))))
-            lin_ctrl = max(lin_ctrl, float(np.max(np.abs(h / (eta * t / (M - 1)) - 1) / (u / M))))
-            e_lin = max(e_lin, float(np.max(np.abs(pred / (eta * t / (M - 1)) - 1) / (u / M))))
-            # logarithmic: u = ln(M eta t + 1 - (M-1) u), so |u - ln(M eta t)| <= ((M-1) u + 1)/(M eta t)
-            # to first order; test |ratio - 1| <= 2 ((M-1) u + 1)/(M eta t u) at t = 10..1e8 t_B
-            t = tB * np.logspace(1, 8, 8)
-            h = _h(t, M, eta)
-            u = M * h
-            err_bound = 2 * ((M - 1) * u + 1) / (M * eta * t * u)
-            pred = _cf("scan_snap.h.logarithmic", t=t, M=M, eta_Y=eta)
-            log = max(log, float(np.max(np.abs(h / pred - 1) / err_bound)))
-            log_ctrl = max(log_ctrl, float(np.max(np.abs(h / (np.log(eta * t) / M) - 1) / err_bound)))
-            e_log = max(e_log, float(np.max(np.abs(pred / (np.log(eta * t) / M) - 1) / err_bound)))
-            # the discrete recursion in both regimes (reported)
-            s_lin = max(1, int(tA / 10))
-            s_log = min(int(100 * tB), 100_000)
-            hs = trajectory(s_log, M, eta)
-            details[f"M={M}, eta_Y={eta}"] = {
-                "t_A": tA, "t_B": tB,
-                "h*(s)/(eta s/M) at s = t_A/10": float(hs[s_lin] / (eta * s_lin / M)),
-                "h*(s)/(ln(M eta s)/M) at s = min(100 t_B, 3e5)": float(hs[s_log] / (math.log(M * eta * s_log) / M))}
+            r, details[f"M={M}, eta_Y={eta}"] = regime_errors(M, eta)
+            lin, lin_ctrl, e_lin = max(lin, r["lin"]), max(lin_ctrl, r["lin_ctrl"]), max(e_lin, r["e_lin"])
+            log, log_ctrl, e_log = max(log, r["log"]), max(log_ctrl, r["log_ctrl"]), max(e_log, r["e_log"])
     disc = max(lin, log)
     return Outcome(
         measured={"linear: max |h/(eta t/M) - 1|/(u/M)": lin,
@@ -165,7 +136,7 @@ def _h_figure(M: int = 1000, eta: float = 0.5, S: int = 100_000) -> dict:
     hs = trajectory(S, M, eta)
     s = np.unique(np.geomspace(1, S, 200).astype(int))
     t = np.geomspace(1e-2, S, 300)
-    h = _h(t, M, eta)
+    h = h_numpy(t, M, eta)
     tA = _cf("scan_snap.speed.scan_end", M=M, K=1, eta_Y=eta)
     early, late = t <= 3 * tA, t >= tA / 3
     return {"h": {
@@ -198,7 +169,7 @@ def identities(ctx):
     eta = rng.uniform(1e-3, 10, size=n)
     t = np.exp(rng.uniform(np.log(1e-6), np.log(1e9), size=n))
     errs = {}
-    h = np.array([_h(t[i], M[i], eta[i]) for i in range(n)])
+    h = np.array([h_numpy(t[i], M[i], eta[i]) for i in range(n)])
     back = np.array([_cf("scan_snap.h.time_of", h=h[i], M=M[i], eta_Y=eta[i]) for i in range(n)])
     errs["t(h(t)) = t"] = float(np.max(np.abs(back / t - 1)))
     # Lemma 9 identities (K = 1), printed right-hand sides with t and h = h(t), vs the left-hand sides
@@ -234,11 +205,11 @@ def identities(ctx):
         for e in (0.1, 1.0, 5.0):
             tA = _cf("scan_snap.speed.scan_end", M=m, K=3, eta_Y=e)
             tB = _cf("scan_snap.speed.crossing_time", M=m, K=3, eta_Y=e)
-            hA, hB = _h(tA / 3, m, e), _h(tB / 3, m, e)
+            hA, hB = h_numpy(tA / 3, m, e), h_numpy(tB / 3, m, e)
             cross.append(abs(math.exp(m * hA) / (m - 1) - 1))
             cross.append(abs(math.exp(m * hB) / ((m - 1) * m * hB) - 1))
             tA_wrong = 3 * (m + (m - 1) * math.log(m - 1)) / (m * e)
-            ctrl52 = max(ctrl52, abs(math.exp(m * _h(tA_wrong / 3, m, e)) / (m - 1) - 1))
+            ctrl52 = max(ctrl52, abs(math.exp(m * h_numpy(tA_wrong / 3, m, e)) / (m - 1) - 1))
     # the crossing residual is the conditioning of u -> e^u (error in u times ~ u), allow 64 eps u
     errs["crossings t_A, t_B"] = float(max(cross))
     tol = 1e-12

@@ -16,42 +16,8 @@ import numpy as np
 
 from theory.scan_snap.h import trajectory
 from verify import Control, Outcome, check
+from verify.flows.scan_snap import decoder_rows, equal_overlap_attention, time_shift, zeta
 from verify.stats import evaluate as _cf
-
-from .attention_eq88 import softmax, zeta
-
-
-# =====================================================================================
-# Remark 1, eq. 43
-# =====================================================================================
-def equal_overlap_attention(M: int, K: int, rho: float) -> np.ndarray:
-    """Nonnegative unit columns f_n = a e_n + c 1 (n < K) with f_n^T f_n' = rho for n != n'.
-
-    a = sqrt(1 - rho) and c > 0 solves M c^2 + 2 a c - rho = 0, so F^T F = (1 - rho) I + rho 11^T.
-    """
-    a = math.sqrt(1 - rho)
-    c = (-a + math.sqrt(a * a + M * rho)) / M
-    return a * np.eye(M)[:, :K] + c
-
-
-def decoder_rows(F: np.ndarray, eta_Y: float, epochs: int, order: str) -> np.ndarray:
-    """W = F^T Y after ``epochs`` passes over the K classes of the decoder dynamics (eq. 7),
-    Y(0) = 0, Y += eta_Y f_n (e_n - alpha_n)^T, alpha_n = softmax(Y^T f_n).
-
-    ``order="epoch"``: each class contributes one batch-1 gradient per epoch, all evaluated at the
-    epoch's start (every class has received exactly N/K steps: the per-class count of eq. 43).
-    ``order="round_robin"``: batch-1 SGD, classes 0..K-1 in turn, each gradient at the current Y.
-    """
-    M, K = F.shape
-    Y = np.zeros((M, M))
-    onehot = np.eye(M)[:K]
-    for _ in range(epochs):
-        if order == "epoch":
-            Y = Y + eta_Y * F @ (onehot - softmax((Y.T @ F).T))
-        else:
-            for n in range(K):
-                Y = Y + eta_Y * np.outer(F[:, n], onehot[n] - softmax(Y.T @ F[:, n]))
-    return F.T @ Y
 
 
 @check("scan_snap.h.remark1_effective_rate", aliases=["scan_snap.errata.remark1_effective_rate"],
@@ -115,11 +81,6 @@ def remark1_effective_rate(ctx):
 # =====================================================================================
 # Lemma 7, Remark 2
 # =====================================================================================
-def time_shift(s: np.ndarray, hs: np.ndarray, M: int, eta_Y: float) -> np.ndarray:
-    """c(s) with h(s + c) = h*(s): c = t(h*(s)) - s by the explicit inverse t(h) (Lemma 6)."""
-    return _cf("scan_snap.h.time_of", h=hs[s], M=M, eta_Y=eta_Y) - s
-
-
 @check("scan_snap.h.remark2_time_shift", aliases=["scan_snap.errata.remark2_time_shift"],
        covers=["scan_snap.h.discrete", "scan_snap.h.time_of", "scan_snap.speed.crossing_time"],
        method="exact_flow",

@@ -17,9 +17,8 @@ from scipy import integrate, optimize
 
 from theory.scan_snap.h import trajectory
 from verify import Control, Outcome, check
+from verify.flows.scan_snap import h_numpy
 from verify.stats import evaluate as _cf
-
-from .h import _h
 
 
 # =====================================================================================
@@ -104,11 +103,11 @@ def asymptotics(ctx):
             # stage inequalities of Lemma 9 on their ranges (t/K clock)
             t1 = tp * np.logspace(-3, 0, 30)
             t1 = t1[t1 >= 1]                                   # integer steps t >= 1
-            u1 = M * _h(t1 / K, M, eta)
+            u1 = M * h_numpy(t1 / K, M, eta)
             if not np.all(np.exp(u1) <= np.minimum(M - 1, (M - 1) * u1)):
                 failures.append(f"stage 1 at {kw}")
             t2 = t0 * np.logspace(0, 6, 30)
-            u2 = M * _h(t2 / K, M, eta)
+            u2 = M * h_numpy(t2 / K, M, eta)
             if not np.all(np.exp(u2) >= np.maximum(M - 1, (M - 1) * u2)):
                 failures.append(f"stage 2 at {kw}")
             # gamma against its stages: ratio -> 1 at both ends, with the derived error terms
@@ -118,11 +117,11 @@ def asymptotics(ctx):
             lin = np.array([g(t) / _cf("scan_snap.speed.gamma_linear", t=t, **kw) for t in small])
             # relative error of the linear stage: h = eta t/(K M) (1 - u/(2M)) and (M-1) + e^u = M (1 + u/M):
             # 3u/(2M) to first order (u = M h(t/K)); allow 2u/M
-            us = M * _h(small / K, M, eta)
+            us = M * h_numpy(small / K, M, eta)
             worst = max(worst, float(np.max(np.abs(lin - 1) / (2 * us / M))))
             big = t0 * np.array([1e4, 1e6])
             lg = np.array([g(t) / _cf("scan_snap.speed.gamma_log", t=t, **kw) for t in big])
-            uu = M * _h(big / K, M, eta)
+            uu = M * h_numpy(big / K, M, eta)
             # exactly gamma = (M-1)^2 u/(M (x + 2 - M - (M-1) u)), x = M eta t/K, u = ln(x + 1 - (M-1) u):
             # gamma/lead - 1 = O((M-1)(u + 2)/x) to first order; allow twice that
             allow = 2 * (M - 1) * (uu + 2) * K / (M * eta * big)

@@ -1,0 +1,105 @@
+"""Monte Carlo of the L-layer linear transformer of Ahn, Cheng, Daneshmand, Sra 2023
+(Theorems 3-4, App. B.2-B.3): its loss on sampled prompts (layers of eq. 8 or GD++ eq. 11),
+per-prompt autograd gradients of every weight entry, and the planar-pairing moments of the
+white Wishart matrix (a wrong model, for negative controls).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from theory.preconditioned_gd.wishart import matching_counts
+from verify.models.linear_transformer import general_layers, predict, sparse_layers
+from verify.stats import batch_mean, chunks
+from verify.tasks.preconditioned_gd import sample_prompts
+
+__all__ = ["N_PAPER", "D_PAPER", "CHUNK", "STEPS", "OPT_LOSS", "planar_moments", "mc_transformer_loss",
+           "per_prompt_gradients", "full_gradient_z"]
+
+#: The paper's sizes (§4.3): context length and dimension.
+N_PAPER, D_PAPER = 20, 5
+#: Prompts per forward call (bounded memory).
+CHUNK = 20_000
+#: Closed forms of Theorem 3: the optimal step sizes and the loss there.
+STEPS = "preconditioned_gd.multi_layer.optimal_steps"
+OPT_LOSS = "preconditioned_gd.multi_layer.optimal_loss"
+
+
+def planar_moments(n: int, d: int, K: int = 6) -> np.ndarray:
+    """Wrong model (negative control): only the planar pairings (``r + c = k + 1``), i.e.
+    the Marchenko-Pastur moments at finite ``n, d`` without the real-Gaussian corrections."""
+    return np.array([sum(cnt * d**r * n ** (c - k) for (r, c), cnt in matching_counts(k).items()
+                         if r + c == k + 1) for k in range(1, K + 1)], dtype=float)
+
+
+def mc_transformer_loss(rng, Sigma, n, A_list, total, task="inverse", B_list=None):
+    P, Q = sparse_layers(A_list) if B_list is None else general_layers(A_list, B_list)
+    acc = batch_mean()
+    for size in chunks(total, CHUNK):
+        pr = sample_prompts(rng, Sigma, n, size, task=task)
+        acc.add((predict(pr.tokens(), P, Q) - pr.target) ** 2)
+    return acc.result()
+
+
+def per_prompt_gradients(ctx, Sigma, n, weights: dict, parametrisation: str, total: int,
+                         stats=None):
+    """Mean and s.e. of the per-prompt gradients of ``(TF_L - y_q)^2`` w.r.t. the full weight
+    matrices (torch autograd through :class:`LinearTransformer`, float64).
+
+    ``weights``: ``{"A": (L, d, d)}`` (sparse, eq. 8), ``{"A": ..., "B": ...}`` (GD++,
+    eq. 11) or ``{"P": (L, d+1, d+1), "Q": ...}`` (every entry, "full"). Returns
+    ``{name: MeanEstimate}``: by default of each weight's gradient (L, d, d);
+    with ``stats = {name: fn}``, of ``fn(grads)`` per prompt (``grads``: weight name -> array
+    (B, L, d, d); ``fn`` linear, e.g. a projection, so its mean is ``fn`` of the mean gradient).
+    """
+    import torch
+    from torch.func import functional_call, grad, vmap
+
+    from verify.models.linear_transformer import LinearTransformer, sample_tokens_torch
+
+    first = weights["A"] if "A" in weights else weights["P"]        # "full": P, Q (L, d+1, d+1)
+    L, d = first.shape[0], first.shape[1] - (0 if "A" in weights else 1)
+    model = LinearTransformer(d, L, parametrisation)
+    params = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in weights.items()}
+
+    def loss_one(p, Z, y):
+        pred = -functional_call(model, p, (Z[None],))[0, d, -1]
+        return (pred - y) ** 2
+
+    per_grad = vmap(grad(loss_one), in_dims=(None, 0, 0))
+    gen = ctx.torch_generator()
+    chol = torch.as_tensor(np.linalg.cholesky(Sigma), dtype=torch.float64)
+    if stats is None:
+        stats = {k: (lambda g, k=k: g[k]) for k in weights}
+    accs = {k: batch_mean() for k in stats}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is several times faster than two
+    try:
+        for size in chunks(total, 10_000):
+            batch = sample_tokens_torch(None, n, size, generator=gen, task="inverse", chol=chol)
+            g = per_grad(params, batch.Z, batch.y_q)
+            g = {k: v.detach().numpy() for k, v in g.items()}
+            for k, fn in stats.items():
+                accs[k].add(fn(g))
+    finally:
+        torch.set_num_threads(threads)
+    return {k: acc.result() for k, acc in accs.items()}
+
+
+def full_gradient_z(ctx, Sigma, n: int, a_list, b_list, total: int):
+    """Per-prompt gradients w.r.t. every entry of ``P_l, Q_l`` (:func:`per_prompt_gradients`,
+    full parametrisation) at the GD++ point ``A_l = a_l Sigma^{-1}``, ``B_l = b_l I`` (eq. 11).
+
+    Returns ``(max |z| off the label-label entries [Q_l]_{d+1,d+1}, their z, their mean, their
+    s.e., the s.e. of the A-blocks of Q_l, of the B-blocks of P_l, of [P_l]_{d+1,d+1})``."""
+    d = Sigma.shape[0]
+    Si, I = np.linalg.inv(Sigma), np.eye(d)
+    P, Q = general_layers(np.stack([al * Si for al in a_list]),
+                          np.stack([bl * I for bl in b_list]))
+    est = per_prompt_gradients(ctx, Sigma, n, {"P": P, "Q": Q}, "full", total)
+    zP, zQ = est["P"].z(0.0), est["Q"].z(0.0)
+    label = np.zeros_like(zQ, dtype=bool)
+    label[:, d, d] = True
+    rest = float(max(np.abs(zP).max(), np.abs(zQ[~label]).max()))
+    return (rest, zQ[:, d, d], est["Q"].mean[:, d, d], est["Q"].se[:, d, d], est["Q"].se[:, :d, :d],
+            est["P"].se[:, :d, :d], est["P"].se[:, d, d])
