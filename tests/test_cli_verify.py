@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from verify.registry import Control, Outcome
+from verify.report import STORE_FILES
 
 check_mod = importlib.import_module("verify.registry")
 cli = importlib.import_module("verify.cli")
@@ -308,11 +309,13 @@ def test_seeds_keep_figures_of_each_seed_apart(temporary_checks, tmp_path, capsy
 
 # -- the report folder ----------------------------------------------------------------
 def snapshot(folder):
-    """Every file under ``folder`` with its bytes (None when the folder is missing)."""
+    """Every report file under ``folder`` with its bytes (None when the folder is missing). The
+    results store (``results.sqlite``) is left out: it records every finished run of every later
+    run by design (that is what ``--resume`` reads); the report files must not change."""
     if not folder.exists():
         return None
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
+            if p.is_file() and p.name not in STORE_FILES}
 
 
 @pytest.fixture
@@ -378,7 +381,8 @@ def test_overwrite_writes_the_report_next_to_other_files(counted, tmp_path, caps
     assert cli.main(["tmp_topic.report.counted", "--report", str(folder), "--quiet",
                      "--overwrite"]) == 0
     capsys.readouterr()
-    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "report.md", "results.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "report.md", "results.json",
+                                                        "results.sqlite"]
     assert (folder / "notes.txt").read_text() == "mine"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
 
@@ -397,7 +401,7 @@ def test_a_previous_report_is_replaced_whole(temporary_checks, tmp_path, capsys)
     assert (tmp_path / "r" / "figures" / "tmp_topic.report.drawn-line.png").is_file()
     assert cli.main(["tmp_topic.report.plain", "--report", str(tmp_path / "r"), "--quiet"]) == 0
     capsys.readouterr()
-    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["report.md", "results.json"]
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["report.md", "results.json", "results.sqlite"]
     [rec] = json.loads((tmp_path / "r" / "results.json").read_text())["results"]
     assert rec["id"] == "tmp_topic.report.plain"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
@@ -507,6 +511,6 @@ def test_a_folder_that_changes_during_the_run_keeps_the_new_report_aside(
     assert cli.main(["tmp_topic.report.meddling", "--report", str(report), "--quiet"]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: --report: cannot replace") and "kept in" in line
-    assert [p.name for p in report.iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in report.iterdir()) == ["notes.txt", "results.sqlite"]
     [aside] = [p for p in tmp_path.iterdir() if p.name.startswith("rep.unsaved-")]
     assert json.loads((aside / "results.json").read_text())["results"][0]["status"] == "passed"

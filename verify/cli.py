@@ -17,10 +17,18 @@ run ID [ID ...]
 Each run prints a results table (id, pass/FAIL, discrepancy, tolerance, seconds) and a
 summary line, and writes ``results.json``, ``report.md`` and figures to ``--report``.
 
-``--seeds 0-19`` (or ``0,3,5`` or ``2-4,9``) runs the selected checks once per seed, one
-after another in this process, and adds a pass-rate table per check (passed/run, the
-seeds that failed, the worst discrepancy/tolerance); ``results.json`` holds every
-(check, seed) result. ``--seed`` and ``--seeds`` do not go together.
+``--seeds 0-19`` (or ``0,3,5`` or ``2-4,9``) runs the selected checks once per seed and adds a
+pass-rate table per check (passed/run, the seeds that failed, the worst discrepancy/tolerance);
+``results.json`` holds every (check, seed) result. ``--seed`` and ``--seeds`` do not go together.
+
+Where it runs: in this process, one run after another (the default); ``--workers N`` on a local
+Dask cluster of N worker processes; ``--scheduler ADDRESS`` on an existing Dask cluster (see the
+README). Each (check, seed) is one task; the same seed gives the same result either way.
+
+Every finished run is written at once to a results store (SQLite): ``--store PATH``, by default
+``results.sqlite`` in the report folder. ``--resume`` takes the runs already in the store
+(same check, settings, seed, profile, device and toolkit commit) and runs only the rest, so an
+interrupted run goes on where it stopped.
 
 The report folder is checked before the first check runs. The report is written into a
 staging folder next to it and moved into place when complete, so a previous report is
@@ -43,6 +51,9 @@ Examples
     python -m verify localization.softmax --seeds 0-19 --report sweep/
     python -m verify --covers preconditioned_gd.multi_layer.optimal_steps --report out/
     python -m verify all --profile full --device cuda
+    python -m verify all --seeds 0-19 --workers 2 --report seeds/
+    python -m verify all --seeds 0-19 --workers 2 --report seeds/ --resume   # after Ctrl-C
+    python -m verify all --profile full --scheduler tcp://10.0.0.5:8786 --store runs.sqlite
 """
 
 from __future__ import annotations
@@ -54,13 +65,15 @@ import sys
 import time
 from typing import Callable, Iterable
 
-from .registry import CheckResult, PROFILES, all_checks, run_check
-from .report import (ReportFolder, format_seeds, partial_destination, pass_rates, rate_text,
+from .registry import CheckResult, PROFILES, all_checks
+from .report import (STORE_FILES, ReportFolder, format_seeds, partial_destination, pass_rates, rate_text,
                      sigint_deferred, status_of, worst_text, write_files)
 
 __all__ = ["main", "select", "parse_seeds", "run_checks"]
 
 _COMMANDS = ("list", "all", "run")
+#: The results store's file in a report folder (when no --store is given).
+STORE_NAME = STORE_FILES[0]
 #: The most seeds one ``--seeds`` may name.
 MAX_SEEDS = 10_000
 
@@ -178,7 +191,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="device for torch checks (default cpu)")
     p.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+    p.add_argument("--workers", type=_workers_arg, default=None, metavar="N",
+                   help="run on a local Dask cluster of N worker processes")
+    p.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="run on an existing Dask cluster (e.g. tcp://host:8786)")
+    p.add_argument("--store", metavar="PATH", default=None,
+                   help="results store (SQLite; default: results.sqlite in the report folder)")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the runs already in the store; run only the rest")
     return p
+
+
+def _workers_arg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return n
 
 
 # -- selection ----------------------------------------------------------------------
@@ -313,15 +344,6 @@ def _identity(iterable: Iterable, desc: str = "") -> Iterable:
 
 
 # -- results ------------------------------------------------------------------------
-def skipped_result(chk, reason: str, *, profile: str, seed: int) -> CheckResult:
-    """A record for a check that cannot run here (``details["skipped"]`` holds why)."""
-    return CheckResult(
-        id=chk.id, title=chk.title, covers=list(chk.covers), method=chk.method,
-        profile=profile, seed=seed, passed=False, measured=None, predicted=None,
-        discrepancy=float("nan"), tolerance=float("nan"), criterion=f"skipped: {reason}",
-        controls=[], details={"skipped": reason}, seconds=0.0)
-
-
 def status_word(res: CheckResult) -> str:
     """``pass``, ``FAIL`` or ``skipped``."""
     return {"passed": "pass", "failed": "FAIL", "skipped": "skipped"}[status_of(res)]
@@ -439,32 +461,27 @@ def _check_device(device: str) -> None:
         raise _UsageError("--device: cuda requested but torch.cuda.is_available() is False")
 
 
-def _run_all(selected: list, seeds: list[int], *, profile: str, device: str,
-             quiet: bool) -> tuple[list[CheckResult], float, bool]:
-    """Run every selected check at every seed (seed by seed); stops at Ctrl-C.
+def _run_all(selected: list, seeds: list[int], *, profile: str, device: str, quiet: bool,
+             workers: int | None = None, scheduler: str | None = None, store=None,
+             resume: bool = False) -> tuple[list[CheckResult], float, bool]:
+    """Run every selected check at every seed (seed by seed; on Dask as tasks); stops at
+    Ctrl-C.
 
-    Returns the results of the runs that finished, the wall time and whether the run was
-    interrupted.
+    Returns the results of the runs that finished (in task order), the wall time and whether the
+    run was interrupted.
     """
+    from .execute import Interrupted, Task, execute
+
     multi = len(seeds) > 1
     progress = _Progress(len(selected) * len(seeds), quiet, show_seed=multi)
-    results: list[CheckResult] = []
+    tasks = [Task(chk.id, seed, profile, device) for seed in seeds for chk in selected]
     t0 = time.perf_counter()
     interrupted = False
     try:
-        for seed in seeds:
-            for chk in selected:
-                progress.start(f"{chk.id} (seed {seed})" if multi else chk.id)
-                reason = chk.available()
-                if reason:
-                    res = skipped_result(chk, reason, profile=profile, seed=seed)
-                else:
-                    res = run_check(chk, profile=profile, seed=seed, device=device,
-                                    progress=progress.nested())
-                results.append(res)
-                progress.finish(res)
-    except KeyboardInterrupt:
-        interrupted = True
+        results = execute(tasks, workers=workers, scheduler=scheduler, store=store, resume=resume,
+                          on_result=progress.finish, progress=progress.nested())
+    except Interrupted as exc:
+        results, interrupted = exc.results, True
     finally:
         progress.close()
     return results, time.perf_counter() - t0, interrupted
@@ -472,7 +489,8 @@ def _run_all(selected: list, seeds: list[int], *, profile: str, device: str,
 
 def run_checks(selected: list, *, profile: str, seed: int = 0, device: str, quiet: bool,
                report: str | None, seeds: list[int] | None = None,
-               overwrite: bool = False) -> int:
+               overwrite: bool = False, workers: int | None = None, scheduler: str | None = None,
+               store: str | None = None, resume: bool = False) -> int:
     """Run ``selected`` checks (once per seed of ``seeds``, else at ``seed``), print the
     table and write the report; returns the exit status.
 
@@ -480,15 +498,24 @@ def run_checks(selected: list, *, profile: str, seed: int = 0, device: str, quie
     the report). Ctrl-C during the checks gives status 130 and a report marked partial
     (see :func:`_save_partial`).
     """
+    from .results import Store
+
     try:
         folder = ReportFolder(report, overwrite=overwrite, param="--report") if report else None
+        if store is None and folder is not None:
+            store = folder.target / STORE_NAME
+        if resume and store is None:
+            raise ValueError("--resume: needs a store (--store PATH, or a report folder)")
+        db = Store(store) if store is not None else None
     except ValueError as exc:
+        if "folder" in locals() and folder is not None:
+            folder.discard()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         results, seconds, interrupted = _run_all(
             selected, [seed] if seeds is None else seeds, profile=profile, device=device,
-            quiet=quiet)
+            quiet=quiet, workers=workers, scheduler=scheduler, store=db, resume=resume)
         _print_results(results, seconds, sys.stdout, seeds=seeds, partial=interrupted)
         settings = dict(profile=profile, seed=seed if seeds is None else None, device=device,
                         seconds=seconds, seeds=seeds)
@@ -503,7 +530,12 @@ def run_checks(selected: list, *, profile: str, seed: int = 0, device: str, quie
         if interrupted:
             return _interrupted(folder, results, settings)
         return 1 if any(status_word(r) == "FAIL" for r in results) else 0
+    except ValueError as exc:  # e.g. --scheduler cannot be reached
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     finally:
+        if db is not None:
+            db.close()
         if folder is not None:
             folder.discard()
 
@@ -641,4 +673,5 @@ def _main(argv: list[str] | None) -> int:
         return 2
     return run_checks(selected, profile=args.profile, seed=args.seed, device=args.device,
                       quiet=args.quiet, report=args.report, seeds=args.seeds,
-                      overwrite=args.overwrite)
+                      overwrite=args.overwrite, workers=args.workers, scheduler=args.scheduler,
+                      store=args.store, resume=args.resume)

@@ -1,0 +1,165 @@
+"""The results store (verify.results) and where checks run (verify.execute): serially, on a local
+Dask cluster, and on a scheduler and workers started as separate processes on 127.0.0.1."""
+
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from verify import execute as ex
+from verify.execute import Task, execute
+from verify.registry import CheckResult
+from verify.results import SCHEMA_VERSION, Key, Store, load
+
+#: Fast, deterministic checks (a closed-form identity, limits, a seeded Monte Carlo).
+FAST = ("scan_snap.h.identities", "localization.rho.lemma2_limits", "preconditioned_gd.wishart.mc_trace_moments")
+
+
+def _result(id="a.b.c", seed=0, discrepancy=0.5, passed=True) -> CheckResult:
+    return CheckResult(id=id, title="t", covers=["a.b.x"], method="exact_flow", profile="quick", seed=seed,
+                       passed=passed, measured=[1.0, float("nan")], predicted=1.0, discrepancy=discrepancy,
+                       tolerance=1.0, criterion="c", controls=[], details={"n": 3}, seconds=0.1,
+                       figures={"f": {"kind": "lines", "series": []}})
+
+
+def test_put_get_roundtrip_and_table(tmp_path):
+    path = tmp_path / "s" / "store.sqlite"
+    with Store(path) as st:
+        k0 = Key.of("a.b.c", seed=0, profile="quick", settings={"N": 31, "spectrum": "white"}, commit_id="abc")
+        k1 = Key.of("a.b.c", seed=1, profile="quick", settings={"spectrum": "white", "N": 31}, commit_id="abc")
+        st.put(k0, _result(seed=0))
+        st.put(k1, _result(seed=1, discrepancy=float("nan"), passed=False))
+        st.put(k1, _result(seed=1, discrepancy=2.0, passed=False))  # the same key: replaced
+        assert len(st) == 2 and st.keys() == {k0, k1}
+        back = st.get(k0)
+        assert back.details == {"n": 3} and back.figures == {"f": {"kind": "lines", "series": []}}
+        assert back.discrepancy == 0.5 and st.get(Key.of("a.b.c", seed=9, profile="quick")) is None
+    df = load(path)
+    assert list(df["seed"]) == [0, 1] and list(df["passed"]) == [True, False]
+    assert list(df["ratio"]) == [0.5, 2.0] and list(df["setting.N"]) == [31, 31]
+
+
+def test_bad_stores_are_refused(tmp_path):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not a database " * 100)
+    with pytest.raises(ValueError, match="^--store: .* is not a results store"):
+        Store(junk)
+    with pytest.raises(ValueError, match="^--store: .* is not a file"):
+        Store(tmp_path)
+    with Store(tmp_path / "v.sqlite") as st:
+        st._db.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    with pytest.raises(ValueError, match="schema version"):
+        Store(tmp_path / "v.sqlite")
+    with pytest.raises(ValueError, match="^path: no results store"):
+        load(tmp_path / "missing.sqlite")
+
+
+_WRITER = """
+import sys
+from verify.registry import CheckResult
+from verify.results import Key, Store
+path, first = sys.argv[1], int(sys.argv[2])
+with Store(path) as st:
+    for i in range(first, first + 40):
+        st.put(Key.of("a.b.c", seed=i, profile="quick", commit_id="abc"),
+               CheckResult(id="a.b.c", title="t", covers=[], method="exact_flow", profile="quick", seed=i,
+                           passed=True, measured=1.0, predicted=1.0, discrepancy=0.5, tolerance=1.0,
+                           criterion="c", controls=[], details={}, seconds=0.1))
+"""
+
+
+def test_two_writers_share_one_store(tmp_path):
+    """Two processes writing one store at the same time: every row arrives, none is corrupted."""
+    path = tmp_path / "shared.sqlite"
+    Store(path).close()
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(first)]) for first in (0, 40)]
+    assert [p.wait(120) for p in procs] == [0, 0]
+    with Store(path) as st:
+        assert len(st) == 80 and {k.seed for k in st.keys()} == set(range(80))
+
+
+def _summary(results):
+    return [(r.id, r.seed, r.passed, r.discrepancy) for r in results]
+
+
+def test_resume_runs_only_what_is_not_stored(tmp_path, monkeypatch):
+    tasks = [Task(i, s) for i in FAST[:2] for s in (0, 1)]
+    seen = []
+    with Store(tmp_path / "s.sqlite") as st:
+        def stop_after_two(res):
+            seen.append(res)
+            if len(seen) == 2:
+                raise KeyboardInterrupt
+        with pytest.raises(ex.Interrupted) as info:
+            execute(tasks, store=st, on_result=stop_after_two)
+        assert len(info.value.results) == 2 and len(st) == 2  # what finished is stored at once
+        ran = []
+        real = ex.run_task
+        monkeypatch.setattr(ex, "run_task", lambda task, *a: ran.append(task) or real(task, *a))
+        again = execute(tasks, store=st, resume=True)
+    assert ran == tasks[2:]  # only the two that had not finished
+    assert _summary(again) == _summary(execute(tasks))
+
+
+def test_serial_local_cluster_and_remote_scheduler_agree(tmp_path):
+    """The same tasks give the same results serially, on --workers 2 and on a scheduler with two
+    workers started as separate processes on 127.0.0.1."""
+    tasks = [Task(i, s) for i in FAST for s in (0, 3)]
+    serial = _summary(execute(tasks))
+    assert all(p for _, _, p, _ in serial)
+    local = _summary(execute(tasks, workers=2))
+    assert local == serial
+    dask = str(Path(sys.executable).parent / "dask")
+    sched_file = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(sched_file)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        import json
+
+        address = json.loads(sched_file.read_text())["address"]
+        assert address.startswith("tcp://127.0.0.1:")
+        for _ in range(2):
+            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
+                                           "--no-dashboard"], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))
+        remote = _summary(execute(tasks, scheduler=address))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    assert remote == serial
+
+
+def test_execute_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="^--workers: cannot be combined with --scheduler"):
+        execute([], workers=2, scheduler="tcp://127.0.0.1:1")
+    with pytest.raises(ValueError, match="^--workers: expected an integer >= 1"):
+        execute([], workers=0)
+    with pytest.raises(ValueError, match="^--scheduler: cannot reach"):
+        execute([Task(FAST[0], 0)], scheduler="tcp://127.0.0.1:9")
+
+
+def test_cli_store_and_resume(tmp_path, capsys):
+    from verify.cli import main
+
+    rep = tmp_path / "rep"
+    assert main([FAST[0], "--seeds", "0-1", "--report", str(rep), "--quiet"]) == 0
+    assert (rep / "results.sqlite").is_file() and len(load(rep / "results.sqlite")) == 2
+    assert main([FAST[0], "--seeds", "0-2", "--report", str(rep), "--quiet", "--resume"]) == 0
+    assert len(load(rep / "results.sqlite")) == 3
+    assert main(["all", "--report", "", "--resume", "--quiet"]) == 2
+    assert "--resume: needs a store" in capsys.readouterr().err
+    assert main(["all", "--workers", "0", "--quiet"]) == 2
+    assert "--workers: expected an integer >= 1" in capsys.readouterr().err
+    assert not math.isnan(load(rep / "results.sqlite")["discrepancy"].iloc[0])

@@ -1,0 +1,197 @@
+"""Running check tasks: in this process, on a local Dask cluster, or on an existing one.
+
+A :class:`Task` is one (check, seed, profile, device, settings). :func:`execute` runs a list of
+them and hands each result, as it arrives, to the results store (:mod:`verify.results`) and to a
+callback (the progress bar):
+
+* serially in this process (the default: a small run needs no cluster);
+* ``workers=N``: a ``dask.distributed.LocalCluster`` of N worker processes with one thread each
+  (BLAS and torch threads set to ``threads`` per worker, so that workers do not oversubscribe the
+  cores);
+* ``scheduler="tcp://host:8786"``: an existing cluster, started by hand (``dask scheduler``,
+  ``dask worker ADDRESS``) or by dask-jobqueue on a batch system.
+
+Each task is one Dask task; a task whose worker dies is retried (``retries``). With
+``device="cuda"`` a torch check asks for a worker that declares a ``GPU`` resource
+(``dask worker ADDRESS --resources GPU=1``). A check's result depends only on its id, settings,
+seed and profile, so the same task gives the same result whichever way it runs.
+
+``resume=True`` takes a task's result from the store when one with the same key (check, settings,
+seed, profile, device, toolkit commit) is there, and runs only the rest.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .registry import CheckResult
+
+__all__ = ["Task", "execute", "run_task", "skipped_result", "Interrupted"]
+
+#: Environment variables that cap BLAS / OpenMP threads in a worker process.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run: check ``check_id`` at ``seed`` in ``profile`` on ``device``, with ``settings``."""
+
+    check_id: str
+    seed: int
+    profile: str = "quick"
+    device: str = "cpu"
+    settings: dict = field(default_factory=dict)
+
+    def key(self, commit_id: str | None = None):
+        from .results import Key
+
+        return Key.of(self.check_id, seed=self.seed, profile=self.profile, device=self.device,
+                      settings=self.settings, commit_id=commit_id)
+
+    @property
+    def name(self) -> str:
+        """A unique, readable Dask key."""
+        from .results import canonical
+
+        return f"{self.check_id}|seed={self.seed}|{self.profile}|{self.device}|{canonical(self.settings)}"
+
+
+class Interrupted(Exception):
+    """Ctrl-C during :func:`execute`; ``results`` holds the runs that finished (in task order)."""
+
+    def __init__(self, results: list):
+        super().__init__("interrupted")
+        self.results = results
+
+
+def skipped_result(chk, reason: str, *, profile: str, seed: int) -> CheckResult:
+    """A record for a check that cannot run here (``details["skipped"]`` holds why)."""
+    return CheckResult(
+        id=chk.id, title=chk.title, covers=list(chk.covers), method=chk.method,
+        profile=profile, seed=seed, passed=False, measured=None, predicted=None,
+        discrepancy=float("nan"), tolerance=float("nan"), criterion=f"skipped: {reason}",
+        controls=[], details={"skipped": reason}, seconds=0.0)
+
+
+def run_task(task: Task, threads: int | None = None, progress=None) -> CheckResult:
+    """Run one task here (in this process or in a Dask worker). ``threads``: cap torch's CPU
+    threads (BLAS threads are capped by the worker's environment)."""
+    from .registry import get_check, run_check
+
+    if threads is not None:
+        try:
+            import torch
+
+            torch.set_num_threads(int(threads))
+        except ImportError:
+            pass
+    chk = get_check(task.check_id)
+    reason = chk.available()
+    if reason:
+        return skipped_result(chk, reason, profile=task.profile, seed=task.seed)
+    return run_check(chk, profile=task.profile, seed=task.seed, device=task.device, progress=progress)
+
+
+def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | None = None,
+            store=None, resume: bool = False, on_result: Callable[[CheckResult], None] | None = None,
+            progress=None, retries: int = 2, threads: int | None = None) -> list[CheckResult]:
+    """Run ``tasks`` and return their results in task order (see the module docstring).
+
+    ``store``: a :class:`verify.results.Store` that every result is written to as it arrives;
+    with ``resume``, stored results are reused. ``on_result(result)`` is called once per task as it
+    finishes (stored ones first). ``progress``: what a serially run check gets as
+    ``ctx.progress``. Ctrl-C raises :class:`Interrupted` carrying what finished."""
+    if workers is not None and scheduler is not None:
+        raise ValueError("--workers: cannot be combined with --scheduler (give one of them)")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"--workers: expected an integer >= 1, got {workers!r}")
+    results: list[CheckResult | None] = [None] * len(tasks)
+    pending = []
+    for i, task in enumerate(tasks):
+        stored = store.get(task.key()) if (store is not None and resume) else None
+        if stored is not None:
+            results[i] = stored
+            if on_result:
+                on_result(stored)
+        else:
+            pending.append(i)
+
+    def finished(i: int, res: CheckResult) -> None:
+        results[i] = res
+        if store is not None:
+            store.put(tasks[i].key(), res)
+        if on_result:
+            on_result(res)
+
+    try:
+        if workers is None and scheduler is None:
+            for i in pending:
+                finished(i, run_task(tasks[i], threads, progress))
+        else:
+            _on_dask([(i, tasks[i]) for i in pending], finished, workers=workers, scheduler=scheduler,
+                     retries=retries, threads=threads)
+    except KeyboardInterrupt:
+        raise Interrupted([r for r in results if r is not None]) from None
+    return results  # type: ignore[return-value]
+
+
+def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, retries, threads) -> None:
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise ValueError("--workers/--scheduler need dask.distributed: "
+                         "pip install 'attention-dynamics-theory[cluster]'") from None
+    cluster = None
+    if scheduler is None:
+        per_worker = threads or max(1, (os.cpu_count() or 1) // workers)
+        env = {v: str(per_worker) for v in THREAD_VARS}
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               env=env)
+        threads = per_worker
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(scheduler, timeout="30s")
+        except OSError as exc:
+            raise ValueError(f"--scheduler: cannot reach {scheduler!r} ({exc})") from None
+    try:
+        from .registry import get_check
+
+        futures = {}
+        for i, task in indexed:
+            gpu = task.device == "cuda" and get_check(task.check_id).method == "torch"
+            fut = client.submit(run_task, task, threads, key=task.name, pure=False, retries=retries,
+                                resources={"GPU": 1} if gpu else None)
+            futures[fut] = i
+        for fut in as_completed(futures):
+            i = futures[fut]
+            try:
+                res = fut.result()
+            except Exception as exc:  # the task's worker died more often than retries allow
+                res = _lost(indexed_task(indexed, i), exc)
+            finished(i, res)
+    except KeyboardInterrupt:
+        client.cancel(list(futures) if "futures" in locals() else [])
+        raise
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def indexed_task(indexed, i) -> Task:
+    return next(t for j, t in indexed if j == i)
+
+
+def _lost(task: Task, exc: Exception) -> CheckResult:
+    """A failed result for a task no worker could finish."""
+    from .registry import get_check
+
+    chk = get_check(task.check_id)
+    return CheckResult(
+        id=chk.id, title=chk.title, covers=list(chk.covers), method=chk.method, profile=task.profile,
+        seed=task.seed, passed=False, measured=None, predicted=None, discrepancy=float("nan"),
+        tolerance=float("nan"), criterion="the task was lost (its worker died on every try)", controls=[],
+        details={}, seconds=0.0, error=f"{type(exc).__name__}: {exc}")
