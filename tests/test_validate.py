@@ -22,7 +22,9 @@ def test_good_values_are_normalised():
 @pytest.mark.parametrize("call, message", [
     (lambda: validate.integer("N", True), "^N: expected an integer >= 1"),
     (lambda: validate.integer("N", 2.0), "^N: expected an integer"),
-    (lambda: validate.integer("H", 0), "^H: must be >= 1"),
+    (lambda: validate.integer("H", 0), "^H: expected an integer >= 1, got 0"),
+    (lambda: validate.integer("B", np.bool_(True)), "^B: expected an integer"),
+    (lambda: validate.rng(0), "^rng: expected a numpy.random.Generator"),
     (lambda: validate.positive("lr", 0.0), "^lr: must be a finite number > 0"),
     (lambda: validate.positive("lr", "0.1"), "^lr: expected a real number"),
     (lambda: validate.positive("lr", float("nan")), "^lr: must be a finite number"),

@@ -9,16 +9,23 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["integer", "positive", "nonnegative", "real_array", "generator", "covariance", "times"]
+__all__ = ["integer", "positive", "nonnegative", "real_array", "generator", "rng", "covariance", "times"]
 
 
 def integer(name: str, value, low: int = 1) -> int:
     """An integer ``>= low`` (Python or numpy; not a bool, not a float)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
     if int(value) < low:
-        raise ValueError(f"{name}: must be >= {low}, got {value}")
+        raise ValueError(f"{name}: expected an integer >= {low}, got {value}")
     return int(value)
+
+
+def rng(value) -> np.random.Generator:
+    """A ``numpy.random.Generator`` (the source of every random draw of a sampler)."""
+    if not isinstance(value, np.random.Generator):
+        raise ValueError(f"rng: expected a numpy.random.Generator, got {type(value).__name__}")
+    return value
 
 
 def _real(name: str, value, what: str) -> float:

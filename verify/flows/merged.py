@@ -111,24 +111,6 @@ def _as_moments(Lambda, N) -> Moments:
 
 
 # -- validation helpers ---------------------------------------------------------------------
-def _positive(name: str, x) -> float:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a positive number, got {x!r}") from None
-    if not np.isfinite(x) or x <= 0:
-        raise ValueError(f"{name}: expected a positive number, got {x!r}")
-    return x
-
-
-def _count(name: str, x, low: int = 1) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
-        raise ValueError(f"{name}: expected an integer >= {low}, got {x!r}")
-    if x < low:
-        raise ValueError(f"{name}: expected an integer >= {low}, got {x}")
-    return int(x)
-
-
 def _params(v, U, D: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     v = np.asarray(v, dtype=np.float64)
     U = np.asarray(U, dtype=np.float64)
@@ -165,8 +147,8 @@ def init_merged(rng: np.random.Generator, H: int, D: int, w_init: float):
     """
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
-    H, D = _count("H", H), _count("D", D)
-    w_init = _positive("w_init", w_init)
+    H, D = validate.integer("H", H), validate.integer("D", D)
+    w_init = validate.positive("w_init", w_init)
     v = rng.normal(0.0, w_init / np.sqrt(H), size=H)
     U = rng.normal(0.0, w_init / (np.sqrt(H) * D), size=(H, D, D))
     return v, U
@@ -197,8 +179,8 @@ def init_aligned(H: int, D: int, w_init: float, direction=None, heads=None):
     v : ndarray (H,)
     U : ndarray (H, D, D)
     """
-    H, D = _count("H", H), _count("D", D)
-    w_init = _positive("w_init", w_init)
+    H, D = validate.integer("H", H), validate.integer("D", D)
+    w_init = validate.positive("w_init", w_init)
     m = np.eye(D) if direction is None else np.asarray(direction, dtype=np.float64)
     if m.shape != (D, D):
         raise ValueError(f"direction: expected shape ({D}, {D}), got {m.shape}")
@@ -252,7 +234,7 @@ def rhs(Lambda, N, tau: float = 1.0) -> Callable[[float, np.ndarray], np.ndarray
     Cost per call: O(H D^2 + D^3).
     """
     mo = _as_moments(Lambda, N)
-    tau = _positive("tau", tau)
+    tau = validate.positive("tau", tau)
     D = mo.D
     L2, A, Lam = mo.L2, mo.A, mo.Lambda
     inv_tau = 1.0 / tau
@@ -393,14 +375,14 @@ def integrate(Lambda, N, v0, U0, *, tau: float = 1.0, t_eval, rtol: float = 1e-1
     """
     mo = _as_moments(Lambda, N)
     v0, U0 = _params(v0, U0, mo.D)
-    tau = _positive("tau", tau)
-    rtol = _positive("rtol", rtol)
+    tau = validate.positive("tau", tau)
+    rtol = validate.positive("rtol", rtol)
     t_eval = validate.times("t_eval", t_eval)
     y0 = _pack(v0, U0)
     if atol is None:
         scale = min(1.0, float(np.max(np.abs(y0))))
         atol = 1e-12 * scale**2 if scale > 0 else 1e-300
-    atol = _positive("atol", atol)
+    atol = validate.positive("atol", atol)
     H, D = v0.shape[0], mo.D
     f = rhs(mo, None, tau)
     t_end = float(t_eval[-1])
@@ -443,9 +425,9 @@ def gd(Lambda, N, v0, U0, eta: float, steps: int, record_every: int = 1) -> Flow
     """
     mo = _as_moments(Lambda, N)
     v, U = _params(v0, U0, mo.D)
-    eta = _positive("eta", eta)
-    steps = _count("steps", steps, low=0)
-    record_every = _count("record_every", record_every)
+    eta = validate.positive("eta", eta)
+    steps = validate.integer("steps", steps, low=0)
+    record_every = validate.integer("record_every", record_every)
     v, U = v.copy(), U.copy()
     L2, A, Lam = mo.L2, mo.A, mo.Lambda
     ks, vs, Us = [0], [v.copy()], [U.copy()]

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from verify.flows.merged import Moments, _as_moments, _count, _positive, loss, moments
+from .. import validate
+from .merged import Moments, _as_moments, loss, moments
 
 __all__ = [
     "deviations",
@@ -140,8 +141,8 @@ def init_separate(rng: np.random.Generator, H: int, R: int, D: int, w_init: floa
     """
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
-    H, R, D = _count("H", H), _count("R", R), _count("D", D)
-    w_init = _positive("w_init", w_init)
+    H, R, D = validate.integer("H", H), validate.integer("R", R), validate.integer("D", D)
+    w_init = validate.positive("w_init", w_init)
     v = rng.normal(0.0, w_init / np.sqrt(H), size=H)
     s = w_init / np.sqrt(H * R * D)
     k = rng.normal(0.0, s, size=(H, R, D))
@@ -174,7 +175,7 @@ def init_aligned_separate(Lambda, H: int, R: int, w_init, sigma=None):
     """
     lam, E = eigenbasis(Lambda)
     D = lam.size
-    H, R = _count("H", H), _count("R", R)
+    H, R = validate.integer("H", H), validate.integer("R", R)
     if H > D:
         raise ValueError(f"H: the aligned start needs H <= D = {D} distinct eigenvectors, got {H}")
     w = np.broadcast_to(np.asarray(w_init, dtype=np.float64), (H,)) if np.ndim(w_init) == 0 \
@@ -206,7 +207,7 @@ def gradients(Lambda, N, v, k, q, tau: float = 1.0):
     """
     mo = _as_moments(Lambda, N)
     v, k, q = _params(v, k, q, mo.D)
-    tau = _positive("tau", tau)
+    tau = validate.positive("tau", tau)
     G = (mo.L2 - mo.A @ effective_matrix(v, k, q) @ mo.Lambda) / tau
     Gq = q @ G.T                                  # (H, R, D): G q_ir
     dv = np.einsum("ird,ird->i", k, Gq)
@@ -222,8 +223,8 @@ def rhs(Lambda, N, H: int, R: int = 1, tau: float = 1.0) -> Callable[[float, np.
     Cost per call O(H R D^2 + D^3).
     """
     mo = _as_moments(Lambda, N)
-    H, R = _count("H", H), _count("R", R)
-    tau = _positive("tau", tau)
+    H, R = validate.integer("H", H), validate.integer("R", R)
+    tau = validate.positive("tau", tau)
     D = mo.D
     L2, A, Lam = mo.L2, mo.A, mo.Lambda
     inv_tau = 1.0 / tau
@@ -318,19 +319,15 @@ def integrate(Lambda, N, v0, k0, q0, *, tau: float = 1.0, t_eval, rtol: float = 
     """
     mo = _as_moments(Lambda, N)
     v0, k0, q0 = _params(v0, k0, q0, mo.D)
-    tau = _positive("tau", tau)
-    rtol = _positive("rtol", rtol)
-    t_eval = np.asarray(t_eval, dtype=np.float64)
-    if t_eval.ndim != 1 or t_eval.size == 0 or not np.all(np.isfinite(t_eval)):
-        raise ValueError("t_eval: expected a non-empty 1-D array of finite times")
-    if t_eval[0] < 0 or np.any(np.diff(t_eval) < 0):
-        raise ValueError("t_eval: times must be >= 0 and non-decreasing")
+    tau = validate.positive("tau", tau)
+    rtol = validate.positive("rtol", rtol)
+    t_eval = validate.times("t_eval", t_eval)
     H, R, D = k0.shape
     y0 = _pack(v0, k0, q0)
     if atol is None:
         scale = min(1.0, float(np.max(np.abs(y0))))
         atol = 1e-12 * scale**3 if scale > 0 else 1e-300
-    atol = _positive("atol", atol)
+    atol = validate.positive("atol", atol)
     f = rhs(mo, None, H, R, tau)
     t_end = float(t_eval[-1])
     if t_end == 0.0:
@@ -444,7 +441,7 @@ def plateaus(t, curve, levels, band: float = 0.02, func: Callable[[float], float
         raise ValueError("t: expected increasing times with the shape of curve (>= 3 samples)")
     if lv.ndim != 1 or lv.size < 2 or np.any(np.diff(lv) >= 0):
         raise ValueError(f"levels: expected >= 2 strictly decreasing levels, got {levels!r}")
-    band = _positive("band", band)
+    band = validate.positive("band", band)
     n = lv.size
     drops = np.full(n - 1, np.nan)
     for j in range(n - 1):

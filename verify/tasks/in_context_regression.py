@@ -39,6 +39,8 @@ import numpy as np
 
 from theory.params import covariance as _covariance_param
 
+from .. import validate
+
 __all__ = [
     "CHUNK",
     "NextTokenSequences",
@@ -63,20 +65,6 @@ _LAMBDA = _covariance_param("Lambda", "Token covariance (eq. 2).")
 
 
 # -- validation ----------------------------------------------------------------------
-def _check_rng(rng) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
-    return rng
-
-
-def _check_count(name: str, value, low: int = 1) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name}: expected an integer >= {low}, got {value}")
-    return int(value)
-
-
 def _check_lambda(Lambda) -> np.ndarray:
     """A symmetric positive-definite D x D matrix (a 1-D array is read as eigenvalues of a
     diagonal covariance), validated as the closed forms validate it."""
@@ -96,8 +84,8 @@ def random_orthogonal(rng: np.random.Generator, D: int) -> np.ndarray:
     D : int
         Size, ``>= 1``.
     """
-    rng = _check_rng(rng)
-    D = _check_count("D", D)
+    rng = validate.rng(rng)
+    D = validate.integer("D", D)
     q, r = np.linalg.qr(rng.standard_normal((D, D)))
     signs = np.sign(np.diag(r))
     signs[signs == 0] = 1.0
@@ -122,7 +110,7 @@ def random_covariance(rng: np.random.Generator, eigenvalues) -> np.ndarray:
     ndarray, shape (D, D)
         Symmetric positive definite (exactly symmetric).
     """
-    rng = _check_rng(rng)
+    rng = validate.rng(rng)
     try:
         lam = np.asarray(eigenvalues, dtype=np.float64)
     except (TypeError, ValueError):
@@ -295,10 +283,10 @@ def sample_task(rng: np.random.Generator, Lambda, N: int, batch: int) -> Regress
     Draw order (fixed, so one seed gives one batch): context tokens, query tokens, task
     vectors. Tokens are ``g @ L^T`` with ``L`` the Cholesky factor of ``Lambda``.
     """
-    rng = _check_rng(rng)
+    rng = validate.rng(rng)
     L = covariance_factor(Lambda)
-    N = _check_count("N", N)
-    B = _check_count("batch", batch)
+    N = validate.integer("N", N)
+    B = validate.integer("batch", batch)
     D = L.shape[0]
     x = rng.standard_normal((B, N, D)) @ L.T
     x_q = rng.standard_normal((B, D)) @ L.T
@@ -324,11 +312,11 @@ def iter_tasks(rng: np.random.Generator, Lambda, N: int, total: int,
     Arguments are validated when called (not on first iteration). The batches are drawn
     lazily, in order, so the same ``rng`` state and ``chunk`` give the same batches.
     """
-    rng = _check_rng(rng)
+    rng = validate.rng(rng)
     Lambda = _check_lambda(Lambda)
-    N = _check_count("N", N)
-    total = _check_count("total", total)
-    chunk = _check_count("chunk", chunk)
+    N = validate.integer("N", N)
+    total = validate.integer("total", total)
+    chunk = validate.integer("chunk", chunk)
     return (sample_task(rng, Lambda, N, k) for k in _chunks(total, chunk))
 
 
@@ -416,10 +404,10 @@ def sample_sequences(rng: np.random.Generator, Lambda, N_max: int,
     batch : int
         Number of sequences, ``>= 1``.
     """
-    rng = _check_rng(rng)
+    rng = validate.rng(rng)
     L = covariance_factor(Lambda)
-    N_max = _check_count("N_max", N_max)
-    B = _check_count("batch", batch)
+    N_max = validate.integer("N_max", N_max)
+    B = validate.integer("batch", batch)
     D = L.shape[0]
     x = rng.standard_normal((B, N_max + 1, D)) @ L.T
     w = rng.standard_normal((B, D))
@@ -430,9 +418,9 @@ def sample_sequences(rng: np.random.Generator, Lambda, N_max: int,
 def iter_sequences(rng: np.random.Generator, Lambda, N_max: int, total: int,
                    chunk: int = CHUNK) -> Iterator[NextTokenSequences]:
     """Draw ``total`` next-token sequences in batches of at most ``chunk``."""
-    rng = _check_rng(rng)
+    rng = validate.rng(rng)
     Lambda = _check_lambda(Lambda)
-    N_max = _check_count("N_max", N_max)
-    total = _check_count("total", total)
-    chunk = _check_count("chunk", chunk)
+    N_max = validate.integer("N_max", N_max)
+    total = validate.integer("total", total)
+    chunk = validate.integer("chunk", chunk)
     return (sample_sequences(rng, Lambda, N_max, k) for k in _chunks(total, chunk))

@@ -32,7 +32,8 @@ from typing import Iterator
 
 import numpy as np
 
-from .in_context_regression import CHUNK, _check_count, _check_rng, _chunks, covariance_factor, random_orthogonal
+from .. import validate
+from .in_context_regression import CHUNK, _chunks, covariance_factor, random_orthogonal
 
 __all__ = ["EXPERIMENT_EIGENVALUES", "Prompts", "distorted_covariance", "iter_prompts", "sample_prompts"]
 
@@ -129,10 +130,10 @@ def sample_prompts(rng: np.random.Generator, Sigma, n: int, batch: int, task: st
     task : {"identity", "inverse"}
         ``w* ~ N(0, I)`` (Theorems 1, 2, 5) or ``w* ~ N(0, Sigma^{-1})`` (Theorems 3, 4).
     """
-    rng = _check_rng(rng)
+    rng = validate.rng(rng)
     Sigma = _check_sigma(Sigma)
-    n = _check_count("n", n)
-    batch = _check_count("batch", batch)
+    n = validate.integer("n", n)
+    batch = validate.integer("batch", batch)
     if task not in TASKS:
         raise ValueError(f"task: expected one of {TASKS}, got {task!r}")
     d = Sigma.shape[0]
@@ -147,15 +148,15 @@ def sample_prompts(rng: np.random.Generator, Sigma, n: int, batch: int, task: st
 def iter_prompts(rng: np.random.Generator, Sigma, n: int, total: int, task: str = "identity",
                  chunk: int = CHUNK) -> Iterator[Prompts]:
     """Draw ``total`` prompts in chunks of at most ``chunk`` (bounded memory)."""
-    total = _check_count("total", total)
-    chunk = _check_count("chunk", chunk)
+    total = validate.integer("total", total)
+    chunk = validate.integer("chunk", chunk)
     for size in _chunks(total, chunk):
         yield sample_prompts(rng, Sigma, n, size, task)
 
 
 def distorted_covariance(rng: np.random.Generator, eigenvalues=EXPERIMENT_EIGENVALUES) -> np.ndarray:
     """``Sigma = U^T diag(eigenvalues) U`` with ``U`` Haar-random orthogonal (§4.3, §5.1)."""
-    rng = _check_rng(rng)
+    rng = validate.rng(rng)
     lam = np.asarray(eigenvalues, dtype=np.float64)
     if lam.ndim != 1 or lam.size == 0 or np.any(lam <= 0) or not np.all(np.isfinite(lam)):
         raise ValueError(f"eigenvalues: expected positive finite numbers, got {eigenvalues!r}")

@@ -34,7 +34,8 @@ from typing import Iterator
 import numpy as np
 from scipy.special import ndtri
 
-from .in_context_regression import _check_count, _check_rng, random_orthogonal
+from .. import validate
+from .in_context_regression import random_orthogonal
 
 __all__ = ["CHUNK", "sample_walks", "iter_walks", "linearised_signal", "symmetric_qk", "spectrum",
            "anisotropic_covariance", "traces"]
@@ -72,9 +73,9 @@ def sample_walks(rng: np.random.Generator, Sigma, T: int, batch: int) -> np.ndar
     batch : int
         Number of walks (>= 1).
     """
-    rng = _check_rng(rng)
+    rng = validate.rng(rng)
     S = _check_covariance(Sigma)
-    T, batch = _check_count("T", T), _check_count("batch", batch)
+    T, batch = validate.integer("T", T), validate.integer("batch", batch)
     L = _factor(S)
     Z = rng.standard_normal((batch, T, S.shape[0])) @ L.T  # increments as rows, N(0, Sigma)
     return np.cumsum(Z, axis=1).transpose(0, 2, 1)
@@ -82,7 +83,7 @@ def sample_walks(rng: np.random.Generator, Sigma, T: int, batch: int) -> np.ndar
 
 def iter_walks(rng: np.random.Generator, Sigma, T: int, total: int, chunk: int = CHUNK) -> Iterator[np.ndarray]:
     """``total`` walks in chunks of at most ``chunk`` (each from :func:`sample_walks`)."""
-    total, chunk = _check_count("total", total), _check_count("chunk", chunk)
+    total, chunk = validate.integer("total", total), validate.integer("chunk", chunk)
     done = 0
     while done < total:
         k = min(chunk, total - done)
@@ -110,14 +111,14 @@ def linearised_signal(X: np.ndarray, W_QK, temperature: float) -> np.ndarray:
 def spectrum(d: int, mean: float, std: float) -> np.ndarray:
     """``d`` eigenvalues at the quantiles ``(k - 1/2)/d`` of ``N(mean, std^2)``, descending
     (a deterministic stand-in for the paper's i.i.d. Gaussian eigenvalues)."""
-    d = _check_count("d", d)
+    d = validate.integer("d", d)
     q = ndtri((np.arange(d) + 0.5) / d)
     return np.sort(mean + std * q)[::-1]
 
 
 def symmetric_qk(rng: np.random.Generator, eigenvalues) -> np.ndarray:
     """``W_QK = B diag(eigenvalues) B^T`` with Haar-random orthogonal ``B`` (symmetric)."""
-    rng = _check_rng(rng)
+    rng = validate.rng(rng)
     w = np.asarray(eigenvalues, dtype=np.float64)
     if w.ndim != 1 or w.size == 0 or not np.all(np.isfinite(w)):
         raise ValueError(f"eigenvalues: expected a non-empty finite list, got {eigenvalues!r}")
@@ -128,8 +129,8 @@ def symmetric_qk(rng: np.random.Generator, eigenvalues) -> np.ndarray:
 
 def anisotropic_covariance(rng: np.random.Generator, d: int) -> np.ndarray:
     """``Sigma = R^T R / d`` with ``R_ab ~ U(-2.5, 2.5)`` i.i.d. (Sec. 4 simulations)."""
-    rng = _check_rng(rng)
-    d = _check_count("d", d)
+    rng = validate.rng(rng)
+    d = validate.integer("d", d)
     R = rng.uniform(-2.5, 2.5, size=(d, d))
     S = R.T @ R / d
     return 0.5 * (S + S.T)
