@@ -9,6 +9,16 @@ all
 run ID [ID ...]
     Run the named checks. ``run`` may be left out: ``python -m verify ID [ID ...]``.
     An id prefix such as ``linear_attention.merged`` selects every check under it.
+settings ID
+    The check's named settings: name, kind, quick and full value, allowed range, doc.
+sweep ID --grid NAME=V1,V2,... [--grid NAME2=...]
+    Run one check at every grid point (and seed, with ``--seeds``) and add ``sweep.csv``,
+    ``sweep.json`` and the validity map ``figures/sweep-validity.png`` (discrepancy /
+    tolerance over the grid; 1 is the pass boundary) to the report (:mod:`verify.sweep`).
+--set NAME=VALUE
+    Run with a setting changed (repeatable), e.g. ``--set N=200 --set spectrum=power:1.5``;
+    applied to the selected checks that declare it. Every result records the settings it ran
+    with.
 --covers PREFIX
     Instead of ids: every check covering a closed form under ``PREFIX`` (whatever the
     check's own id), e.g. ``--covers preconditioned_gd.multi_layer`` also selects the torch
@@ -52,6 +62,9 @@ Examples
     python -m verify --covers preconditioned_gd.multi_layer.optimal_steps --report out/
     python -m verify all --profile full --device cuda
     python -m verify all --seeds 0-19 --workers 2 --report seeds/
+    python -m verify settings localization.rho.mc_gaussian
+    python -m verify linear_attention.merged.mc_global_min --set N=31 --set spectrum=white
+    python -m verify sweep localization.rho.mc_gaussian --grid d=2,8,32,128 --report rho-d/
     python -m verify all --seeds 0-19 --workers 2 --report seeds/ --resume   # after Ctrl-C
     python -m verify all --profile full --scheduler tcp://10.0.0.5:8786 --store runs.sqlite
 """
@@ -71,7 +84,7 @@ from .report import (STORE_FILES, ReportFolder, format_seeds, partial_destinatio
 
 __all__ = ["main", "select", "parse_seeds", "run_checks"]
 
-_COMMANDS = ("list", "all", "run")
+_COMMANDS = ("list", "all", "run", "settings", "sweep")
 #: The results store's file in a report folder (when no --store is given).
 STORE_NAME = STORE_FILES[0]
 #: The most seeds one ``--seeds`` may name.
@@ -199,6 +212,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="results store (SQLite; default: results.sqlite in the report folder)")
     p.add_argument("--resume", action="store_true",
                    help="reuse the runs already in the store; run only the rest")
+    p.add_argument("--set", dest="assignments", metavar="NAME=VALUE", action="append", default=[],
+                   help="change a setting of the selected checks (repeatable; see 'settings ID')")
+    p.add_argument("--grid", dest="grids", metavar="NAME=V1,V2,...", action="append", default=[],
+                   help="with sweep: the values of one setting (repeatable)")
     return p
 
 
@@ -438,6 +455,46 @@ def summary_line(results: list[CheckResult], seconds: float, *, partial: bool = 
 
 
 # -- commands -----------------------------------------------------------------------
+def _cmd_settings(chk, out) -> int:
+    """The settings table of one check."""
+    if not chk.settings:
+        print(f"{chk.id} declares no settings", file=out)
+        return 0
+    print(f"settings of {chk.id} (change with --set NAME=VALUE; sweep with --grid NAME=V1,V2,...):",
+          file=out)
+    rows = [tuple(st.describe()[k] for k in ("name", "kind", "quick", "full", "range", "doc"))
+            for st in chk.settings]
+    _print_table(("name", "kind", "quick", "full", "allowed", "doc"), rows,
+                 (False, False, True, True, False, False), out)
+    return 0
+
+
+def _overrides(selected: list, assignments: list[str]) -> dict[str, dict]:
+    """check id -> the --set values that apply to it (each validated by the check's setting);
+    a name that no selected check declares is an error naming it."""
+    from .settings import parse_assignment
+
+    pairs = [parse_assignment(a) for a in assignments]
+    names = [n for n, _ in pairs]
+    if len(set(names)) != len(names):
+        raise _UsageError(f"--set: {names} sets a setting twice")
+    out: dict[str, dict] = {}
+    for name, value in pairs:
+        owners = [c for c in selected if any(st.name == name for st in c.settings)]
+        if not owners:
+            ids = ", ".join(c.id for c in selected[:3]) + (" ..." if len(selected) > 3 else "")
+            raise _UsageError(f"--set: no selected check has a setting {name!r} ({ids}; "
+                              "see python -m verify settings ID)")
+        for c in owners:
+            st = next(st for st in c.settings if st.name == name)
+            try:
+                st.validate(value)
+            except ValueError as exc:
+                raise _UsageError(f"--set: {exc}") from None
+            out.setdefault(c.id, {})[name] = value
+    return out
+
+
 def _cmd_list(registered: list, out) -> int:
     if not registered:
         print("(no checks registered)", file=out)
@@ -463,7 +520,8 @@ def _check_device(device: str) -> None:
 
 def _run_all(selected: list, seeds: list[int], *, profile: str, device: str, quiet: bool,
              workers: int | None = None, scheduler: str | None = None, store=None,
-             resume: bool = False) -> tuple[list[CheckResult], float, bool]:
+             resume: bool = False, overrides: dict | None = None,
+             points: list[dict] | None = None) -> tuple[list[CheckResult], float, bool]:
     """Run every selected check at every seed (seed by seed; on Dask as tasks); stops at
     Ctrl-C.
 
@@ -473,8 +531,12 @@ def _run_all(selected: list, seeds: list[int], *, profile: str, device: str, qui
     from .execute import Interrupted, Task, execute
 
     multi = len(seeds) > 1
-    progress = _Progress(len(selected) * len(seeds), quiet, show_seed=multi)
-    tasks = [Task(chk.id, seed, profile, device) for seed in seeds for chk in selected]
+    if points is not None:  # a sweep: one check, every grid point at every seed
+        tasks = [Task(selected[0].id, seed, profile, device, point) for point in points for seed in seeds]
+    else:
+        tasks = [Task(chk.id, seed, profile, device, dict((overrides or {}).get(chk.id, {})))
+                 for seed in seeds for chk in selected]
+    progress = _Progress(len(tasks), quiet, show_seed=multi)
     t0 = time.perf_counter()
     interrupted = False
     try:
@@ -490,9 +552,14 @@ def _run_all(selected: list, seeds: list[int], *, profile: str, device: str, qui
 def run_checks(selected: list, *, profile: str, seed: int = 0, device: str, quiet: bool,
                report: str | None, seeds: list[int] | None = None,
                overwrite: bool = False, workers: int | None = None, scheduler: str | None = None,
-               store: str | None = None, resume: bool = False) -> int:
+               store: str | None = None, resume: bool = False, overrides: dict | None = None,
+               sweep: list | None = None) -> int:
     """Run ``selected`` checks (once per seed of ``seeds``, else at ``seed``), print the
     table and write the report; returns the exit status.
+
+    ``overrides``: check id -> settings (``--set``). ``sweep``: the grids of a sweep of the one
+    selected check (``[(name, [values])]``): every grid point at every seed, and the sweep's
+    table and validity map in the report.
 
     The report folder is checked before the first check runs (status 2 if it cannot take
     the report). Ctrl-C during the checks gives status 130 and a report marked partial
@@ -513,12 +580,21 @@ def run_checks(selected: list, *, profile: str, seed: int = 0, device: str, quie
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
+        points = None
+        if sweep is not None:
+            from .sweep import grid_points
+
+            points = grid_points(selected[0], sweep, (overrides or {}).get(selected[0].id))
         results, seconds, interrupted = _run_all(
             selected, [seed] if seeds is None else seeds, profile=profile, device=device,
-            quiet=quiet, workers=workers, scheduler=scheduler, store=db, resume=resume)
+            quiet=quiet, workers=workers, scheduler=scheduler, store=db, resume=resume,
+            overrides=overrides, points=points)
         _print_results(results, seconds, sys.stdout, seeds=seeds, partial=interrupted)
         settings = dict(profile=profile, seed=seed if seeds is None else None, device=device,
                         seconds=seconds, seeds=seeds)
+        if sweep is not None and results:
+            _print_sweep(results, [n for n, _ in sweep], sys.stdout)
+            settings["sweep"] = (selected[0].id, [n for n, _ in sweep])
         if folder is not None and not interrupted:
             try:
                 status = _save_complete(folder, results, settings, quiet)
@@ -544,7 +620,7 @@ def _save_complete(folder: ReportFolder, results: list, settings: dict, quiet: b
     """Write the finished run's report and move it into place; 0, or 2 when it cannot (a
     report that is complete but cannot be moved into place is kept beside the folder)."""
     try:
-        write_files(results, folder.staging, **settings)
+        _write_report_files(results, folder.staging, settings)
     except OSError as exc:
         print(f"error: --report: cannot write {folder.shown!r} ({exc})", file=sys.stderr)
         return 2
@@ -602,10 +678,45 @@ def _write_partial(dest, results: list, settings: dict, *, figures: bool) -> Non
     """Write a report marked partial into ``dest`` (through a staging folder)."""
     partial = ReportFolder(dest, param="--report")
     try:
-        write_files(results, partial.staging, partial=True, figures=figures, **settings)
+        _write_report_files(results, partial.staging, settings, partial=True, figures=figures)
         partial.commit()
     finally:
         partial.discard()
+
+
+def _write_report_files(results: list, out_dir, settings: dict, **kw) -> None:
+    """The report's files (:func:`verify.report.write_files`) and, for a sweep, its table and
+    validity map (:mod:`verify.sweep`)."""
+    settings = dict(settings)
+    sweep = settings.pop("sweep", None)
+    write_files(results, out_dir, **settings, **kw)
+    if sweep is None:
+        return
+    from pathlib import Path
+
+    from .report import _have_matplotlib, render_figure
+    from .sweep import FIGURE, rows, validity_figure, write_sweep
+
+    check_id, names = sweep
+    table = rows(results, names)
+    write_sweep(out_dir, table, check_id=check_id, grid_names=names)
+    if kw.get("figures", True) and _have_matplotlib() and table:
+        figures = Path(out_dir) / "figures"
+        figures.mkdir(exist_ok=True)
+        render_figure(validity_figure(table, check_id=check_id, grid_names=names), figures / f"{FIGURE}.png")
+
+
+def _print_sweep(results: list, names: list[str], out) -> None:
+    """The sweep's table: the grid settings, seed, discrepancy / tolerance, result."""
+    from .sweep import rows
+
+    table = rows(results, names)
+    print(f"sweep of {results[0].id} (ratio = discrepancy / tolerance; <= 1 passes):", file=out)
+    _print_table((*names, "seed", "ratio", "result"),
+                 [(*(str(r[n]) for n in names), str(r["seed"]), _num(r["ratio"]),
+                   "pass" if r["passed"] else "FAIL") for r in table],
+                 (*(True for _ in names), True, True, False), out)
+    print("", file=out)
 
 
 def _parse(argv: list[str] | None):
@@ -621,6 +732,16 @@ def _parse(argv: list[str] | None):
     if args.seed is None:
         args.seed = 0
     return args
+
+
+def _one_check(id: str):
+    """The check ``id`` (an alias works); a usage error naming it otherwise."""
+    from .registry import get_check
+
+    try:
+        return get_check(id)
+    except ValueError:
+        raise _UsageError(f"id: unknown check {id!r} (see 'python -m verify list')") from None
 
 
 def _selection(args, registered: list) -> list:
@@ -664,7 +785,38 @@ def _main(argv: list[str] | None) -> int:
             if args.ids:
                 raise _UsageError("list: takes no ids")
             return _cmd_list(covering(args.covers, registered) if args.covers else registered, sys.stdout)
-        selected = _selection(args, registered)
+        if args.command == "settings":
+            if len(args.ids) != 1:
+                raise _UsageError("settings: give one check id")
+            return _cmd_settings(_one_check(args.ids[0]), sys.stdout)
+        sweep = None
+        if args.command == "sweep":
+            if len(args.ids) != 1:
+                raise _UsageError("sweep: give one check id")
+            if not args.grids:
+                raise _UsageError("sweep: give at least one --grid NAME=V1,V2,...")
+            from .sweep import parse_grid
+
+            selected = [_one_check(args.ids[0])]
+            try:
+                sweep = [parse_grid(g) for g in args.grids]
+            except ValueError as exc:
+                raise _UsageError(str(exc)) from None
+        elif args.grids:
+            raise _UsageError("--grid: only with the sweep command")
+        else:
+            selected = _selection(args, registered)
+        try:
+            overrides = _overrides(selected, args.assignments)
+        except ValueError as exc:
+            raise _UsageError(str(exc)) from None
+        if sweep is not None:
+            from .sweep import grid_points
+
+            try:
+                grid_points(selected[0], sweep, overrides.get(selected[0].id))
+            except ValueError as exc:
+                raise _UsageError(str(exc)) from None
         _check_device(args.device)
     except SystemExit as exc:  # argparse --help
         return int(exc.code or 0)
@@ -674,4 +826,4 @@ def _main(argv: list[str] | None) -> int:
     return run_checks(selected, profile=args.profile, seed=args.seed, device=args.device,
                       quiet=args.quiet, report=args.report, seeds=args.seeds,
                       overwrite=args.overwrite, workers=args.workers, scheduler=args.scheduler,
-                      store=args.store, resume=args.resume)
+                      store=args.store, resume=args.resume, overrides=overrides, sweep=sweep)

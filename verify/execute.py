@@ -91,7 +91,8 @@ def run_task(task: Task, threads: int | None = None, progress=None) -> CheckResu
     reason = chk.available()
     if reason:
         return skipped_result(chk, reason, profile=task.profile, seed=task.seed)
-    return run_check(chk, profile=task.profile, seed=task.seed, device=task.device, progress=progress)
+    return run_check(chk, profile=task.profile, seed=task.seed, device=task.device, progress=progress,
+                     settings=task.settings)
 
 
 def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | None = None,

@@ -134,6 +134,7 @@ class CheckResult:
     error: str | None = None
     traceback: str | None = None
     figures: dict = field(default_factory=dict, repr=False)
+    settings: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k != "figures"}
@@ -149,6 +150,7 @@ class Context:
     seed: int = 0
     device: str = "cpu"
     progress: Callable[[Iterable, str], Iterable] | None = None
+    settings: dict = field(default_factory=dict)
 
     def __post_init__(self):
         digest = hashlib.sha256(self.check_id.encode()).digest()
@@ -156,8 +158,17 @@ class Context:
         self.rng = np.random.default_rng(self._seq)
 
     def pick(self, quick, full):
-        """The value for the current profile."""
+        """The value for the current profile (for a size that is not a declared setting)."""
         return full if self.profile == "full" else quick
+
+    def setting(self, name: str):
+        """The value of the declared setting ``name`` for this run (its profile's value, or the
+        value given with ``--set``); see :mod:`verify.settings`."""
+        try:
+            return self.settings[name]
+        except KeyError:
+            raise KeyError(f"{self.check_id} declares no setting {name!r} "
+                           f"(declared: {', '.join(self.settings) or 'none'})") from None
 
     def spawn(self, n: int) -> list[np.random.Generator]:
         """``n`` independent generators (SeedSequence.spawn), e.g. for parallel streams."""
@@ -187,6 +198,7 @@ class Check:
     decides: tuple[str, ...] = ()
     refutes: tuple[tuple[str, str], ...] = ()
     aliases: tuple[str, ...] = ()
+    settings: tuple = ()
 
     def available(self) -> str | None:
         """None when the check can run here, else why not (a missing optional package)."""
@@ -200,7 +212,7 @@ class Check:
 
 def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Iterable[str] = (),
           decides: Iterable[str] = (), refutes: dict[str, str] | None = None,
-          aliases: Iterable[str] = ()):
+          aliases: Iterable[str] = (), settings: Iterable = ()):
     """Decorator registering a check function ``f(ctx) -> Outcome``.
 
     ``decides``: erratum records (a subset of ``covers``) whose printed form this check puts
@@ -211,6 +223,9 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
     wrong and what holds"}``; one of the check's negative controls is the statement as printed.
     ``aliases``: former ids of the check; :func:`get_check` and the command line still accept
     them and say the new name.
+    ``settings``: the check's :class:`verify.settings.Setting` objects (the sizes it runs at,
+    each with its quick and full value and allowed range); the function reads them with
+    ``ctx.setting(name)``.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
@@ -219,13 +234,17 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
         raise ValueError(f"decides: {sorted(set(decides) - set(covers))} not in covers of {id}")
 
     aliases = tuple(aliases)
+    settings = tuple(settings)
+    names = [st.name for st in settings]
+    if len(set(names)) != len(names):
+        raise ValueError(f"settings: {id} declares a setting twice ({names})")
 
     def deco(func):
         for name in (id, *aliases):
             if name in _CHECKS or name in _ALIASES:
                 raise ValueError(f"id: check {name!r} registered twice")
         _CHECKS[id] = Check(id, title, covers, method, func, tuple(needs), decides,
-                            tuple((refutes or {}).items()), aliases)
+                            tuple((refutes or {}).items()), aliases, settings)
         _ALIASES.update(dict.fromkeys(aliases, id))
         return func
 
@@ -262,11 +281,18 @@ def get_check(id: str) -> Check:
 
 
 def run_check(chk: Check, profile: str = "quick", seed: int = 0, device: str = "cpu",
-              progress=None) -> CheckResult:
-    """Run one check; an exception becomes a failed result carrying the error."""
+              progress=None, settings: dict | None = None) -> CheckResult:
+    """Run one check; an exception becomes a failed result carrying the error.
+
+    ``settings``: values for some of the check's declared settings (name -> value or text, as
+    ``--set`` gives them); an unknown name or a bad value raises ``ValueError`` naming it before
+    the check runs. The result records every setting the run used."""
+    from .settings import as_data, resolve
+
     if profile not in PROFILES:
         raise ValueError(f"profile: expected one of {PROFILES}, got {profile!r}")
-    ctx = Context(chk.id, profile=profile, seed=seed, device=device, progress=progress)
+    values = resolve(chk.settings, profile, settings, chk.id)
+    ctx = Context(chk.id, profile=profile, seed=seed, device=device, progress=progress, settings=values)
     t0 = time.perf_counter()
     try:
         out = chk.func(ctx)
@@ -283,6 +309,6 @@ def run_check(chk: Check, profile: str = "quick", seed: int = 0, device: str = "
         measured=out.measured, predicted=out.predicted, discrepancy=float(out.discrepancy),
         tolerance=float(out.tolerance), criterion=out.criterion,
         controls=[c.as_dict() for c in out.controls], details=out.details, seconds=seconds,
-        error=error, traceback=trace, figures=out.figures,
+        error=error, traceback=trace, figures=out.figures, settings=as_data(values),
     )
 

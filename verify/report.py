@@ -72,6 +72,8 @@ REPORT_FILES = ("results.json", "report.md")
 FIGURES = "figures"
 #: The results store of a run (verify.results) and SQLite's write-ahead files beside it.
 STORE_FILES = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm")
+#: The table of a sweep (verify.sweep), in the report of a sweep only.
+SWEEP_FILES = ("sweep.csv", "sweep.json")
 
 _PACKAGES = ("numpy", "scipy", "sympy", "mpmath", "torch", "matplotlib")
 
@@ -333,7 +335,7 @@ def report_kind(path, ignore: Iterable[str] = ()) -> str:
     named in ``ignore`` are left out.
 
     A report is a folder holding a ``results.json`` written by :func:`write_report` and
-    nothing but ``report.md`` and ``figures/`` (PNG files) besides; the results store
+    nothing but ``report.md``, ``figures/`` (PNG files) and a sweep's table besides; the results store
     (:data:`STORE_FILES`, written during the run) may be there too, in any kind of report
     folder.
     """
@@ -345,9 +347,9 @@ def report_kind(path, ignore: Iterable[str] = ()) -> str:
     names = {p.name for p in path.iterdir()} - set(ignore) - set(STORE_FILES)
     if not names:
         return "empty"
-    if "results.json" not in names or not names <= {*REPORT_FILES, FIGURES}:
+    if "results.json" not in names or not names <= {*REPORT_FILES, FIGURES, *SWEEP_FILES}:
         return "other"
-    if any(n in names and not (path / n).is_file() for n in REPORT_FILES):
+    if any(n in names and not (path / n).is_file() for n in (*REPORT_FILES, *SWEEP_FILES)):
         return "other"
     fig_dir = path / FIGURES
     if FIGURES in names and not (fig_dir.is_dir() and all(
@@ -473,6 +475,11 @@ class ReportFolder:
                 os.rename(self.staging / FIGURES, self.target / FIGURES)
             for name in REPORT_FILES:
                 os.replace(self.staging / name, self.target / name)
+            for name in SWEEP_FILES:  # a sweep's table, or none (a stale one goes)
+                if (self.staging / name).is_file():
+                    os.replace(self.staging / name, self.target / name)
+                elif (self.target / name).is_file():
+                    os.remove(self.target / name)
         self.discard()
         return self.target
 
@@ -574,8 +581,9 @@ def write_files(results: Iterable, out_dir, *, profile: str, seed: int | None, d
     _write_atomic(json_path, json.dumps(to_jsonable(doc), indent=2, allow_nan=False) + "\n")
 
     multi = len({r.seed for r in results}) > 1
-    drawn, figure_notes = _render_all(results, out, multi) if figures else ({}, {})
-    view = _View(multi=multi, partial=partial, figures_skipped=not figures, rates=rates)
+    varying = _varying_settings(results)
+    drawn, figure_notes = _render_all(results, out, multi, varying) if figures else ({}, {})
+    view = _View(multi=multi, partial=partial, figures_skipped=not figures, rates=rates, varying=varying)
     md_path = out / "report.md"
     _write_atomic(md_path, _markdown(results, statuses, meta, summary, drawn, figure_notes,
                                      view))
@@ -587,19 +595,46 @@ class _View:
     """How the Markdown shows a run: several seeds, partial, figures skipped, pass rates."""
 
     def __init__(self, *, multi: bool = False, partial: bool = False,
-                 figures_skipped: bool = False, rates: list[dict] | None = None):
+                 figures_skipped: bool = False, rates: list[dict] | None = None,
+                 varying: dict | None = None):
         self.multi = multi
         self.partial = partial
         self.figures_skipped = figures_skipped
         self.rates = rates
+        self.varying = varying or {}
+
+    def settings_text(self, r) -> str:
+        """The settings that tell this run from other runs of its check (a sweep), e.g. ``d=8``."""
+        names = self.varying.get(r.id, ())
+        return ", ".join(f"{n}={_setting_text(getattr(r, 'settings', {}).get(n))}" for n in names)
 
     def key(self, r) -> str:
-        """What tells one run from another: the check id, plus the seed over several seeds."""
-        return f"{r.id} (seed {r.seed})" if self.multi else r.id
+        """What tells one run from another: the check id, plus the seed over several seeds, plus
+        the settings that vary between runs of the check."""
+        key = f"{r.id} (seed {r.seed})" if self.multi else r.id
+        extra = self.settings_text(r)
+        return f"{key} [{extra}]" if extra else key
 
     def anchor(self, r) -> str:
         """The HTML anchor of a run's section in report.md."""
-        return _anchor(f"{r.id}-seed{r.seed}" if self.multi else r.id)
+        extra = self.settings_text(r)
+        return _anchor((f"{r.id}-seed{r.seed}" if self.multi else r.id) + (f"-{extra}" if extra else ""))
+
+
+def _setting_text(v) -> str:
+    if isinstance(v, list):
+        return ",".join(_setting_text(x) for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _varying_settings(results) -> dict[str, list[str]]:
+    """check id -> the names of its settings whose values differ between its runs (a sweep)."""
+    seen: dict[str, dict[str, set]] = {}
+    for r in results:
+        for n, v in (getattr(r, "settings", None) or {}).items():
+            seen.setdefault(r.id, {}).setdefault(n, set()).add(json.dumps(v, sort_keys=True, default=str))
+    return {i: [n for n, vals in names.items() if len(vals) > 1] for i, names in seen.items()
+            if any(len(vals) > 1 for vals in names.values())}
 
 
 def _summary_text(summary: dict, partial: bool = False) -> str:
@@ -679,6 +714,8 @@ def _markdown(results, statuses, meta, summary, figures, figure_notes,
                    else f"{short(r.measured)} vs {short(r.predicted)}")
             mark = {"passed": "pass", "failed": "**FAIL**", "skipped": "skipped"}[st]
             seed = f" (seed {r.seed})" if view.multi else ""
+            if view.settings_text(r):
+                seed += f" [{view.settings_text(r)}]"
             add(f"| [`{r.id}`](#{view.anchor(r)}){seed} | {covers} | {r.method} | {_cell(mvp)} | "
                 f"{_fmt(r.discrepancy)} | {_fmt(r.tolerance)} | {mark} | {r.seconds:.1f} |")
         add("")
@@ -825,13 +862,13 @@ def _errata_section(results, statuses, view: _View | None = None) -> list[str]:
 
 
 # -- figures ------------------------------------------------------------------------
-def _render_all(results, out: Path, multi: bool = False):
+def _render_all(results, out: Path, multi: bool = False, varying: dict | None = None):
     """Draw every figure spec; returns ({run: [(name, path)]}, {run: [notes]}).
 
     A run is named by :meth:`_View.key`: its check id, plus its seed when ``multi`` (several
     seeds; the file names then carry the seed too).
     """
-    view = _View(multi=multi)
+    view = _View(multi=multi, varying=varying)
     drawn: dict[str, list] = {}
     notes: dict[str, list] = {}
     wanted = [r for r in results if getattr(r, "figures", None)]
@@ -842,6 +879,8 @@ def _render_all(results, out: Path, multi: bool = False):
     for r in wanted:
         key = view.key(r)
         stem = f"{_slug(r.id)}-seed{r.seed}" if multi else _slug(r.id)
+        if view.settings_text(r):
+            stem += "-" + _slug(view.settings_text(r))
         for name, spec in r.figures.items():
             path = fig_dir / f"{stem}-{_slug(str(name))}.png"
             try:

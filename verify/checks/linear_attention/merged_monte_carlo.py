@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.stats import rel_frobenius, z_threshold
 from verify.stats import evaluate as _cf
 from verify.tasks.feature_least_squares import EIGENVALUES, N_SMALL, feature_regression, unvec
@@ -51,15 +52,25 @@ from verify.tasks.in_context_regression import (
                "linear_attention.merged.global_min_loss", "linear_attention.merged.loss"],
        method="monte_carlo",
        title="Global minimum of the merged model: loss of the eq.-11 predictor, L(M) at a "
-             "random M, and least squares of y_q on z recovering vec(M*)")
+             "random M, and least squares of y_q on z recovering vec(M*)",
+       settings=[Setting("N", "int", quick=N_SMALL, full=N_SMALL, low=1, high=10**6, doc="context length N",
+                         sweep=(2, 4, 8, 31, 200)),
+                 Setting("spectrum", "spectrum", quick=EIGENVALUES, full=EIGENVALUES,
+                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
+                 Setting("D", "int", quick=len(EIGENVALUES), full=len(EIGENVALUES), low=1, high=12,
+                         doc="token dimension for a white or power spectrum (a list fixes D)"),
+                 Setting("samples", "int", quick=1_000_000, full=20_000_000, low=10_000, high=10**9,
+                         doc="sampled sequences")])
 def mc_global_min(ctx):
     rng = ctx.rng
-    D, N = len(EIGENVALUES), N_SMALL
-    Lam = random_covariance(rng, EIGENVALUES)
+    spec, N = ctx.setting("spectrum"), ctx.setting("N")
+    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    D = len(eigenvalues)
+    Lam = random_covariance(rng, eigenvalues)
     # scale 2: the 1/N term of L(M) (quadratic in M) is then >= 45 SE at every one of 150 seeds
     # tried (at scale 0.5 it fell to 12 SE)
     M_rand = 2.0 * rng.standard_normal((D, D))
-    total = ctx.pick(quick=1_000_000, full=20_000_000)
+    total = ctx.setting("samples")
 
     M_star = _cf("linear_attention.merged.converged_matrix", Lambda=Lam, N=N)
     M_inf = _cf("linear_attention.merged.converged_matrix_limit", Lambda=Lam)
@@ -97,7 +108,7 @@ def mc_global_min(ctx):
                    f"(sandwich SEs; residuals are heteroscedastic) < z_threshold({2 + D * D})"),
         controls=controls,
         details={
-            "sequences": est.n, "D": D, "N": N, "eigenvalues": list(EIGENVALUES),
+            "sequences": est.n, "D": D, "N": N, "eigenvalues": list(eigenvalues),
             "z_loss_eq11": z_star, "z_loss_random_M": z_rand,
             "max_abs_z_least_squares": float(np.max(np.abs(z_ls))),
             "se_loss_eq11": float(est.se[0]), "se_loss_random_M": float(est.se[1]),
