@@ -302,7 +302,7 @@ def test_seeds_keep_figures_of_each_seed_apart(temporary_checks, tmp_path, capsy
     assert cli.main(["tmp_topic.seeds.fig", "--seeds", "1-2", "--report", str(tmp_path),
                      "--quiet"]) == 0
     capsys.readouterr()
-    names = sorted(p.name for p in (tmp_path / "figures").iterdir())
+    names = sorted(p.name for p in (tmp_path / "figures").iterdir() if p.suffix == ".png")
     assert names == ["tmp_topic.seeds.fig-seed1-line.png", "tmp_topic.seeds.fig-seed2-line.png"]
     assert "(figures/tmp_topic.seeds.fig-seed2-line.png)" in (tmp_path / "report.md").read_text()
 

@@ -65,10 +65,18 @@ def test_write_report_json_markdown_and_figures(tmp_path):
     assert commit is None or re.match(r"^[0-9a-f]{40}(\+dirty)?$", commit)
     assert data["summary"] == {"passed": 1, "failed": 2, "skipped": 1, "seconds": 1.5}
     assert [r["status"] for r in data["results"]] == ["passed", "failed", "failed", "skipped"]
-    assert data["results"][2]["discrepancy"] == "nan"  # strict JSON
+    # strict JSON: a non-finite number is null, and the record says where and which
+    assert data["results"][2]["discrepancy"] is None and data["results"][2]["nonfinite"]["discrepancy"] == "nan"
+    assert data["schema_version"] == report.SCHEMA_VERSION
+    _valid(data)
 
-    figs = sorted(p.name for p in (out / "figures").iterdir())
-    assert figs == ["topic_a.part.mc-loss.png", "topic_a.part.mc-matrices.png"]
+    everything = sorted(p.name for p in (out / "figures").iterdir())
+    # each figure as PNG and SVG, with the numbers behind it as CSV
+    assert everything == sorted(f"topic_a.part.mc-{n}.{ext}" for n in ("loss", "matrices")
+                                for ext in ("png", "svg", "csv"))
+    assert (out / "figures" / "topic_a.part.mc-loss.csv").read_text().startswith("series,x,y,yerr\n")
+    assert (out / "figures" / "topic_a.part.mc-matrices.csv").read_text().startswith("panel,row,col,value\n")
+    figs = [n for n in everything if n.endswith(".png")]
     assert sorted(p.name for p in paths["figures"]) == figs
     for name in figs:
         assert (out / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -205,3 +213,13 @@ def test_pass_rates_with_a_zero_tolerance():
             result("t.a.z", seed=1, discrepancy=0.0, tolerance=0.0)]
     (z,) = report.pass_rates(runs)
     assert z["worst_ratio"] == 0.0 and z["failed_seeds"] == []
+
+
+def _valid(doc):
+    """``doc`` against the JSON Schema of results.json (verify/schemas/results.schema.json)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+
+    schema = json.loads((Path(report.__file__).parent / "schemas" / "results.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(doc)

@@ -216,8 +216,9 @@ def _check_result(path: Path, k: int, res) -> None:
 def _non_finite(value, where: str) -> str | None:
     """Where ``value`` holds a NaN or infinite float (not valid JSON), in words, or None.
 
-    ``python -m verify`` writes non-finite numbers as strings (``"nan"``); a bare ``NaN``
-    or ``Infinity`` comes from an edited or foreign file.
+    ``python -m verify`` writes non-finite numbers as ``null`` (listed in the record's
+    ``nonfinite`` field; reports before results.json schema version 2 wrote strings such as
+    ``"nan"``); a bare ``NaN`` or ``Infinity`` comes from an edited or foreign file.
     """
     if isinstance(value, float) and not math.isfinite(value):
         return f"{where} is {value} (NaN and infinities are not valid JSON; write them as strings)"
@@ -378,7 +379,9 @@ def _md(text) -> str:
 
 
 def _num(x) -> str:
-    if isinstance(x, bool) or x is None:
+    if x is None:  # written for a non-finite number (the record's "nonfinite" field says which)
+        return "n/a"
+    if isinstance(x, bool):
         return str(x)
     if isinstance(x, (int, float)):
         return f"{x:.4g}" if math.isfinite(x) else str(x)

@@ -48,6 +48,8 @@ def deciding_checks() -> dict[str, list]:
 
 
 def _fmt(x) -> str:
+    if x is None:  # a non-finite number (the record's "nonfinite" field says which)
+        return "n/a"
     try:
         return f"{float(x):.3g}"
     except (TypeError, ValueError):

@@ -137,8 +137,13 @@ class CheckResult:
     settings: dict = field(default_factory=dict)
 
     def as_json(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k != "figures"}
-        return to_jsonable(d)
+        """The record as strict JSON; non-finite numbers are ``null`` and listed, with where they
+        are, in ``nonfinite`` (``{"discrepancy": "nan", "measured.x[2]": "inf"}``)."""
+        flags: list = []
+        d = to_jsonable({k: v for k, v in self.__dict__.items() if k != "figures"}, flags)
+        if flags:
+            d["nonfinite"] = dict(flags)
+        return d
 
 
 @dataclass

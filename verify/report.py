@@ -70,6 +70,12 @@ __all__ = ["write_report", "write_files", "metadata", "source_commit", "render_f
 #: The entries of a report folder.
 REPORT_FILES = ("results.json", "report.md")
 FIGURES = "figures"
+#: Version of the layout of results.json (verify/schemas/results.schema.json describes it). 2: a
+#: non-finite number is null and listed in its record's "nonfinite" field (1 wrote "nan" strings);
+#: each record carries its "settings".
+SCHEMA_VERSION = 2
+#: What a figure is written as, besides its data (CSV) beside it.
+FIGURE_FORMATS = (".png", ".svg")
 #: The results store of a run (verify.results) and SQLite's write-ahead files beside it.
 STORE_FILES = ("results.sqlite", "results.sqlite-wal", "results.sqlite-shm")
 #: The table of a sweep (verify.sweep), in the report of a sweep only.
@@ -353,7 +359,7 @@ def report_kind(path, ignore: Iterable[str] = ()) -> str:
         return "other"
     fig_dir = path / FIGURES
     if FIGURES in names and not (fig_dir.is_dir() and all(
-            p.is_file() and p.suffix == ".png" for p in fig_dir.iterdir())):
+            p.is_file() and p.suffix in (*FIGURE_FORMATS, ".csv") for p in fig_dir.iterdir())):
         return "other"
     try:
         doc = json.loads((path / "results.json").read_text(encoding="utf-8"))
@@ -573,7 +579,7 @@ def write_files(results: Iterable, out_dir, *, profile: str, seed: int | None, d
         rec = r.as_json()
         rec["status"] = st
         records.append(rec)
-    doc = {"partial": bool(partial), "metadata": meta, "summary": summary}
+    doc = {"schema_version": SCHEMA_VERSION, "partial": bool(partial), "metadata": meta, "summary": summary}
     if rates is not None:
         doc["pass_rates"] = rates
     doc["results"] = records
@@ -885,6 +891,7 @@ def _render_all(results, out: Path, multi: bool = False, varying: dict | None = 
             path = fig_dir / f"{stem}-{_slug(str(name))}.png"
             try:
                 render_figure(spec, path)
+                figure_data(spec, path.with_suffix(".csv"))
             except (KeyError, TypeError, ValueError, IndexError) as exc:
                 notes.setdefault(key, []).append(f"{name}: {type(exc).__name__}: {exc}")
                 continue
@@ -900,8 +907,32 @@ _STYLES = {"-": dict(linestyle="-"), "--": dict(linestyle="--"), ":": dict(lines
            "o": dict(linestyle="none", marker="o", markersize=4)}
 
 
+def figure_data(spec: dict, path) -> None:
+    """The numbers behind a figure spec as CSV at ``path``: a line plot as ``series,x,y,yerr``
+    rows, heat maps as ``panel,row,col,value`` rows."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    if spec.get("kind") == "heatmaps":
+        w.writerow(["panel", "row", "col", "value"])
+        for p in spec["panels"]:
+            for i, row in enumerate(p["matrix"]):
+                for j, v in enumerate(row):
+                    w.writerow([p.get("label", ""), i, j, v])
+    else:
+        w.writerow(["series", "x", "y", "yerr"])
+        for sr in spec["series"]:
+            yerr = sr.get("yerr") or [""] * len(sr["y"])
+            for x, y, e in zip(sr["x"], sr["y"], yerr):
+                w.writerow([sr.get("label", ""), x, y, e])
+    Path(path).write_text(buf.getvalue(), encoding="utf-8")
+
+
 def render_figure(spec: dict, path) -> None:
-    """Draw one figure spec (see the module docstring) to a PNG at ``path`` (Agg)."""
+    """Draw one figure spec (see the module docstring) to ``path`` (Agg), a PNG, and beside it
+    the same figure in the other :data:`FIGURE_FORMATS` (SVG) when ``path`` ends in ``.png``."""
     import warnings
 
     from matplotlib.figure import Figure
@@ -913,6 +944,9 @@ def render_figure(spec: dict, path) -> None:
         warnings.simplefilter("ignore")  # e.g. log axes with non-positive data
         fig = _lines(spec, Figure) if kind == "lines" else _heatmaps(spec, Figure)
         fig.savefig(path, dpi=130)
+        if str(path).endswith(".png"):
+            for ext in FIGURE_FORMATS[1:]:
+                fig.savefig(Path(str(path)[:-4] + ext))
 
 
 def _title(text) -> str:
