@@ -11,10 +11,12 @@ Each result of a paper is a registered :class:`ClosedForm` with a stable id::
            [0.   , 0.5  ]])
 
 ``get(id)`` returns a record, ``ids()`` lists them. Records derive their sympy
-expression on first use (``cf.expr``), and emit numpy / mpmath / torch functions once.
-``import theory`` is cheap: sympy is imported only when a record is first used.
+expression on first use (``cf.expr``), and emit numpy / mpmath / torch functions once; the
+emitted code is kept in a cache on disk (:mod:`theory.cache`), from which a later process
+loads it without deriving. ``import theory`` is cheap: sympy is imported only when a record is
+first derived or emitted.
 
-Command line: ``python -m theory list | show ID | eval ID --json '{...}'``.
+Command line: ``python -m theory list [PREFIX] | show ID | eval ID --json '{...}' | cache info``.
 
 Extension API
 -------------

@@ -2,8 +2,13 @@
 
 Commands
 --------
-list
-    One line per closed form: id, status, source, title.
+list [PREFIX] [--json]
+    One line per closed form: id, status and the title, cut to fit the terminal (80 columns
+    when the output is not a terminal; an id too long for its column gets a line of its own,
+    its status and title on the next line); ``show`` gives the full title and source. ``PREFIX``
+    keeps the ids that start with it (``linear_attention.merged``). ``--json`` prints a list of
+    objects ``{"id", "status", "source", "citation", "title", "params"}`` (``params``: one
+    ``{"name", "kind", "doc"}`` per parameter, in call order) instead of the table.
 show ID
     Title, source, status, parameters, the derived expression (pretty-printed and as
     LaTeX), the paper's printed form and whether it equals the derived one, the erratum,
@@ -15,6 +20,14 @@ eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
     D x D symmetric positive-definite matrix or a list of its eigenvalues. With
     ``--backend mpmath`` the value is computed at ``--dps`` significant digits and printed
     as strings of that precision.
+
+cache info | cache clear
+    Where the cache of emitted functions is (:mod:`theory.cache`: a later process loads a
+    record's numeric function from it instead of deriving and emitting again), whether it is
+    on, how many entries it holds and their size; or delete its entries. The environment
+    variable ``ATTENTION_THEORY_CACHE`` relocates the cache (a folder) or turns it off (``off``).
+--version
+    The toolkit's version.
 
 Bad input (unknown id, missing or extra parameter, wrong shape, a covariance that is not
 symmetric positive definite, N < 1, NaN, malformed JSON, an unknown option or a bad option
@@ -30,6 +43,10 @@ Examples
 ::
 
     python -m theory list
+    python -m theory list linear_attention.merged
+    python -m theory list --json
+    python -m theory --version
+    python -m theory cache info
     python -m theory show linear_attention.data.lambda_hat_sq
     python -m theory eval linear_attention.data.lambda_hat_sq --json '{"Lambda": [1, 0.5], "N": 5}'
     python -m theory eval linear_attention.data.yq_sq --json '{"Lambda": [1, 0.5]}' \\
@@ -106,9 +123,21 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run 'python -m theory COMMAND -h' for the options of one command.",
     )
+    p.add_argument("--version", action=_VersionAction, help="print the toolkit's version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    sub.add_parser("list", help="list the registered closed forms",
-                   description="One line per closed form: id, status, source, title.")
+    ls = sub.add_parser("list", help="list the registered closed forms",
+                        description="One line per closed form: id, status and the title cut to the terminal's "
+                                    "width (80 columns when not a terminal); 'show ID' prints it in full.")
+    ls.add_argument("prefix", metavar="PREFIX", nargs="?", default="",
+                    help="only the ids that start with PREFIX, e.g. linear_attention.merged")
+    ls.add_argument("--json", action="store_true",
+                    help="print a JSON list of {id, status, source, citation, title, params}")
+
+    ca = sub.add_parser("cache", help="show or clear the cache of emitted functions",
+                        description="The cache on disk of emitted numeric functions (theory.cache); "
+                                    "ATTENTION_THEORY_CACHE=off turns it off, =FOLDER moves it.")
+    ca.add_argument("action", choices=("info", "clear"),
+                    help="info: folder, whether on, entries, size; clear: delete the entries")
 
     show = sub.add_parser("show", help="show one closed form: expression, LaTeX, erratum, docs, module, example",
                           description="Show one closed form in full.")
@@ -134,28 +163,111 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # -- list ---------------------------------------------------------------------------
+#: Width of ``list`` when the output is not a terminal.
+LIST_WIDTH = 80
+
+
 def _cmd_list(args, out) -> int:
     import theory
 
-    rows = [(cf.id, cf.status, cf.citation, cf.title) for cf in theory.records()]
-    _print_table(rows, ("id", "status", "source", "title"), out)
+    cfs = [cf for cf in theory.records() if cf.id.startswith(args.prefix)]
+    if args.prefix and not cfs:
+        raise ValueError(f"PREFIX: no closed form id starts with {args.prefix!r}")
+    if args.json:
+        rows = [{"id": cf.id, "status": cf.status, "source": cf.source, "citation": cf.citation,
+                 "title": cf.title, "params": [{"name": p.name, "kind": p.kind, "doc": p.doc} for p in cf.params]}
+                for cf in cfs]
+        json.dump(rows, out, indent=1)
+        out.write("\n")
+        return 0
+    rows = [(cf.id, cf.status, cf.title) for cf in cfs]
+    _print_table(rows, ("id", "status", "title"), out, width=_width(out))
     return 0
 
 
-def _print_table(rows, header, out) -> None:
+def _width(out) -> int:
+    """Columns of the terminal ``out`` writes to (``COLUMNS`` if set), else :data:`LIST_WIDTH`."""
+    import shutil
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if out.isatty():
+            return shutil.get_terminal_size((LIST_WIDTH, 24)).columns
+    except (AttributeError, ValueError, OSError):
+        pass
+    return LIST_WIDTH
+
+
+#: Fewest columns ``list`` keeps for the title; an id too long to leave them goes on a line of its own.
+MIN_TITLE = 20
+
+
+def _print_table(rows, header, out, width: int | None = None) -> None:
+    """Aligned columns fitting ``width`` (None: no limit): the last one cut (ending in ``...``);
+    a first cell too long to leave :data:`MIN_TITLE` columns for the last goes on a line of its
+    own, the row's other cells on the next line, in their columns."""
     if not rows:
         print("(no closed forms registered)", file=out)
         return
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
+    room = None
+    if width is not None:
+        rest = sum(w + 2 for w in widths[1:])
+        widths[0] = max(len(str(header[0])), min(widths[0], width - rest - 2 - MIN_TITLE))
+        room = max(width - sum(w + 2 for w in widths), MIN_TITLE)
+
+    def cut(text):
+        text = " ".join(str(text).split())
+        if room is None or len(text) <= room:
+            return text
+        return text[: room - 3].rstrip() + "..."
 
     def line(r):
-        cells = [str(c).ljust(w) for c, w in zip(r, widths)] + [str(r[-1])]
+        cells = [str(c).ljust(w) for c, w in zip(r, widths)] + [cut(r[-1])]
         return "  ".join(cells).rstrip()
 
     print(line(header), file=out)
     print(line(["-" * len(h) for h in header]), file=out)
     for r in rows:
+        if len(str(r[0])) > widths[0]:
+            print(r[0], file=out)
+            r = ("", *r[1:])
         print(line(r), file=out)
+
+
+# -- version and cache -----------------------------------------------------------------
+class _VersionAction(argparse.Action):
+    """``--version``: print the installed toolkit's version (looked up only when asked)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .cache import toolkit_version
+
+        print(f"attention-dynamics-theory {toolkit_version()}", file=sys.stdout)
+        parser.exit()
+
+
+def _cmd_cache(args, out) -> int:
+    from . import cache
+
+    if args.action == "clear":
+        where = cache.info()["folder"]
+        removed = cache.clear()
+        print(f"removed {removed} entr{'y' if removed == 1 else 'ies'} from {where}", file=out)
+        return 0
+    info = cache.info()
+    size = info["bytes"]
+    human = f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 2**10:.1f} KiB"
+    print(f"folder:   {info['folder']}", file=out)
+    print(f"enabled:  {'yes' if info['enabled'] else f'no ({cache.ENV}=off)'}", file=out)
+    print(f"entries:  {info['entries']}", file=out)
+    print(f"size:     {size} bytes ({human})", file=out)
+    print(f"version:  {info['toolkit_version']}", file=out)
+    return 0
 
 
 # -- show ---------------------------------------------------------------------------
@@ -350,7 +462,7 @@ def _mp_str(v, dps: int) -> str:
 
 
 # -- main ---------------------------------------------------------------------------
-_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "eval": _cmd_eval}
+_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "eval": _cmd_eval, "cache": _cmd_cache}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,18 +10,20 @@ print some of these nodes wrongly, hence the mixin. In numpy, ``exp`` of an
 purpose, e.g. ``1/(1 + e^z)`` at large ``z``) is evaluated without the overflow warning.
 
 Functions are produced by :func:`emit` and cached by the caller
-(:class:`theory.registry.ClosedForm` keeps one per backend), never re-derived per call.
+(:class:`theory.registry.ClosedForm` keeps one per backend, and :mod:`theory.cache` stores the
+generated code on disk), never re-derived per call. Importing this module does not import
+sympy (the printers are built on the first :func:`emit`), so that a function loaded from the
+cache gets its ``_la`` namespace without it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Callable, Sequence
 
-import sympy as sp
-from sympy.printing.numpy import SciPyPrinter
-from sympy.printing.pycode import MpmathPrinter
-from sympy.printing.pytorch import TorchPrinter
+if TYPE_CHECKING:
+    import sympy as sp
 
 __all__ = ["emit", "BACKENDS"]
 
@@ -32,6 +34,8 @@ class _MatrixOps:
     """Printer mixin: matrix-expression nodes become calls into ``_la``."""
 
     def _print_MatMul(self, expr):
+        import sympy as sp
+
         scalars = [a for a in expr.args if not getattr(a, "is_Matrix", False)]
         mats = [a for a in expr.args if getattr(a, "is_Matrix", False)]
         code = self._print(mats[0])
@@ -73,40 +77,9 @@ class _MatrixOps:
         return f"_la.vec({self._print(expr.arg)})"
 
     def _print_MatrixSymbol(self, expr):
+        import sympy as sp
+
         return self._print(sp.Symbol(expr.name))
-
-
-class _NumpyPrinter(_MatrixOps, SciPyPrinter):
-    def _print_exp(self, expr):
-        # exp of an UnevaluatedExpr: a stable rewrite's deliberate exponential whose overflow
-        # to inf gives the right limit (e.g. 1/(1 + e^z) -> 0); evaluated without the warning
-        if isinstance(expr.args[0], sp.UnevaluatedExpr):
-            return f"_la.exp_to_inf({self._print(expr.args[0])})"
-        return super()._print_exp(expr)
-
-
-class _MpmathPrinter(_MatrixOps, MpmathPrinter):
-    def _print_expm1(self, expr):
-        return f"mpmath.expm1({self._print(expr.args[0])})"
-
-    def _print_log1p(self, expr):
-        return f"mpmath.log1p({self._print(expr.args[0])})"
-
-    def _print_polygamma(self, expr):
-        n, x = expr.args
-        return f"mpmath.polygamma({self._print(n)}, {self._print(x)})"
-
-
-class _TorchPrinter(_MatrixOps, TorchPrinter):
-    def _print_expm1(self, expr):
-        return f"torch.expm1({self._print(expr.args[0])})"
-
-    def _print_log1p(self, expr):
-        return f"torch.log1p({self._print(expr.args[0])})"
-
-    def _print_polygamma(self, expr):
-        n, x = expr.args
-        return f"torch.special.polygamma({self._print(n)}, {self._print(x)})"
 
 
 class _NumpyLA:
@@ -114,7 +87,7 @@ class _NumpyLA:
 
     @staticmethod
     def exp_to_inf(x):
-        """np.exp where overflow to inf is intended (see ``_NumpyPrinter._print_exp``)."""
+        """np.exp where overflow to inf is intended (see the numpy printer's ``_print_exp``)."""
         import numpy as np
 
         with np.errstate(over="ignore"):
@@ -289,7 +262,52 @@ class _TorchLA:
         return a.transpose(-1, -2).reshape(-1, 1)
 
 
-_PRINTERS = {"numpy": _NumpyPrinter, "mpmath": _MpmathPrinter, "torch": _TorchPrinter}
+@cache
+def _printers() -> dict:
+    """The printer class of each backend (built on first use: they subclass sympy's printers)."""
+    import sympy as sp
+    from sympy.printing.numpy import SciPyPrinter
+    from sympy.printing.pycode import MpmathPrinter
+    from sympy.printing.pytorch import TorchPrinter
+
+    class _NumpyPrinter(_MatrixOps, SciPyPrinter):
+        def _print_exp(self, expr):
+            # exp of an UnevaluatedExpr: a stable rewrite's deliberate exponential whose overflow
+            # to inf gives the right limit (e.g. 1/(1 + e^z) -> 0); evaluated without the warning
+            if isinstance(expr.args[0], sp.UnevaluatedExpr):
+                return f"_la.exp_to_inf({self._print(expr.args[0])})"
+            return super()._print_exp(expr)
+
+
+    class _MpmathPrinter(_MatrixOps, MpmathPrinter):
+        def _print_expm1(self, expr):
+            return f"mpmath.expm1({self._print(expr.args[0])})"
+
+        def _print_log1p(self, expr):
+            return f"mpmath.log1p({self._print(expr.args[0])})"
+
+        def _print_polygamma(self, expr):
+            n, x = expr.args
+            return f"mpmath.polygamma({self._print(n)}, {self._print(x)})"
+
+
+    class _TorchPrinter(_MatrixOps, TorchPrinter):
+        def _print_expm1(self, expr):
+            return f"torch.expm1({self._print(expr.args[0])})"
+
+        def _print_log1p(self, expr):
+            return f"torch.log1p({self._print(expr.args[0])})"
+
+        def _print_polygamma(self, expr):
+            n, x = expr.args
+            return f"torch.special.polygamma({self._print(n)}, {self._print(x)})"
+
+    printers = {"numpy": _NumpyPrinter, "mpmath": _MpmathPrinter, "torch": _TorchPrinter}
+    for cls in printers.values():  # named like module-level classes in messages
+        cls.__qualname__ = cls.__name__
+    return printers
+
+
 _MODULES = {
     "numpy": lambda: [{"_la": _NumpyLA}, "scipy", "numpy"],
     "mpmath": lambda: [{"_la": _MpmathLA, "mpmath": __import__("mpmath")}, "mpmath"],
@@ -313,14 +331,16 @@ def emit(expr: sp.Basic, args: Sequence[sp.Basic], backend: str) -> Callable:
     callable
         The emitted function; ``inspect.getsource`` shows its code.
     """
-    if backend not in _PRINTERS:
+    if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+    import sympy as sp
+
     plain = [sp.Symbol(a.name) if isinstance(a, sp.MatrixSymbol) else a for a in args]
     # H_n = digamma(n + 1) + Euler's gamma: no printer handles harmonic correctly
     expr = expr.replace(sp.harmonic, lambda n: sp.polygamma(0, n + 1) + sp.EulerGamma)
     if backend == "torch":  # torch functions take tensors: numeric constants like sqrt(3) become floats
         expr = expr.replace(lambda x: x.is_number and isinstance(x, (sp.Pow, sp.Function)) and not x.is_Rational,
                             lambda x: sp.Float(x.evalf(20), 20))
-    printer = _PRINTERS[backend]()
+    printer = _printers()[backend]()
     return sp.lambdify(plain, expr, modules=_MODULES[backend](), printer=printer, cse=True,
                        docstring_limit=0)

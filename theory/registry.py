@@ -3,7 +3,8 @@
 A :class:`ClosedForm` is one result of one paper: a stable id, the source equation, an
 exactness status, typed parameters, the sympy expression *derived* by the toolkit, the
 paper's printed form where the two differ, and numeric functions emitted from the
-expression for numpy, mpmath and torch (created once, on first use, and cached).
+expression for numpy, mpmath and torch (created once, on first use, kept for the process and
+stored in the cache on disk of :mod:`theory.cache`, so a later process loads them without deriving).
 
 Topic packages (one per paper: ``theory/<topic>/``, or an installed plug-in's package named in
 the entry-point group ``attention_dynamics_theory.topics``; see :mod:`theory.papers`) create
@@ -195,25 +196,38 @@ class ClosedForm:
 
     # -- numeric ------------------------------------------------------------------
     def function(self, backend: str = "numpy") -> Callable:
-        """The emitted function for ``backend`` (positional args: params, then D)."""
+        """The emitted function for ``backend`` (positional args: params, then D).
+
+        Loaded from the cache on disk (:mod:`theory.cache`) when an entry for this record's
+        source exists, without deriving; otherwise derived, emitted and stored there."""
         fn = self._fns.get(backend)
         if fn is None:
-            from .emit import emit
-
-            fn = self._fns[backend] = emit(self.numeric_expr, self._args(), backend)
+            fn = self._fns[backend] = self._emitted("stable" if self.stable is not None else "derived", backend)
         return fn
 
     def printed_function(self, backend: str = "numpy") -> Callable:
-        """The paper's printed form emitted like :meth:`function` (same positional args);
-        ``ValueError`` when the record has no printed form."""
-        if self.printed_expr is None:
+        """The paper's printed form emitted like :meth:`function` (same positional args, same
+        cache); ``ValueError`` when the record has no printed form."""
+        if self.printed is None:
             raise ValueError(f"id: {self.id} has no printed form")
         key = ("printed", backend)
         fn = self._fns.get(key)
         if fn is None:
+            fn = self._fns[key] = self._emitted("printed", backend)
+        return fn
+
+    def _emitted(self, form: str, backend: str) -> Callable:
+        """The function of ``form`` (``derived``, ``stable`` or ``printed``) for ``backend``: from
+        the cache, or emitted (and stored) on a miss."""
+        from . import cache
+
+        fn = cache.load(self, backend, form)
+        if fn is None:
             from .emit import emit
 
-            fn = self._fns[key] = emit(self.printed_expr, self._args(), backend)
+            expr = self.printed_expr if form == "printed" else self.numeric_expr
+            fn = emit(expr, self._args(), backend)
+            cache.store(self, backend, form, fn)
         return fn
 
     def validate(self, kwargs: dict) -> tuple[dict, dict]:
@@ -261,6 +275,17 @@ class ClosedForm:
             if backend not in ("numpy", "mpmath", "torch"):
                 raise ValueError(f"backend: expected numpy, mpmath or torch, got {backend!r}")
             return _shape_output(self.evaluate(backend, values, dims), self.output, backend)
+        args = self.arguments(values, dims, backend)
+        fn = self.printed_function(backend) if printed else self.function(backend)
+        out = _shape_output(fn(*args), self.output, backend)
+        if self.length is not None:
+            out = out[: self.length(values, dims)]
+        return out
+
+    def arguments(self, values: dict, dims: dict, backend: str) -> list:
+        """The positional arguments of :meth:`function` for ``(values, dims)`` from
+        :meth:`validate`: the parameters converted to ``backend``, the derived symbols' values,
+        then ``D`` where it is not a parameter."""
         D = dims.get("D", values.get("D"))
         args = [_convert(values[n], backend) for n in self.param_names]
         if self.derived is not None:
@@ -268,11 +293,7 @@ class ClosedForm:
             args += [_convert(extra[n], backend) for n in self.derived_names]
         if "D" not in self.param_names:
             args.append(D)
-        fn = self.printed_function(backend) if printed else self.function(backend)
-        out = _shape_output(fn(*args), self.output, backend)
-        if self.length is not None:
-            out = out[: self.length(values, dims)]
-        return out
+        return args
 
     def __repr__(self) -> str:
         return f"<ClosedForm {self.id} ({self.source}; {self.status})>"

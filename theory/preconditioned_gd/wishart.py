@@ -41,11 +41,13 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import cache
-
-import sympy as sp
+from typing import TYPE_CHECKING
 
 from ..params import index
 from ..registry import ClosedForm, register
+
+if TYPE_CHECKING:  # sympy is imported where an expression is built, not with the module
+    import sympy as sp
 
 __all__ = ["matching_counts", "trace_moment", "normalized_moment", "moments", "N_CTX", "D_DIM"]
 
@@ -113,6 +115,8 @@ def matching_counts(k: int) -> dict[tuple[int, int], int]:
 
 def trace_moment(k: int, n: sp.Expr, d: sp.Expr) -> sp.Expr:
     """``E tr W^k`` for ``W ~ W_d(n, I)`` (``k >= 0``; ``k = 0`` gives ``d``)."""
+    import sympy as sp
+
     if k == 0:
         return d
     return sp.Add(*[c * d**r * n**s for (r, s), c in sorted(matching_counts(k).items())])
@@ -121,6 +125,8 @@ def trace_moment(k: int, n: sp.Expr, d: sp.Expr) -> sp.Expr:
 def normalized_moment(k: int, n: sp.Expr, d: sp.Expr) -> sp.Expr:
     """``m_k = E tr S_u^k = E tr W^k / n^k``, as a sum of ``d^r n^(c - k)`` terms
     (``c <= k``: nonnegative powers of ``1/n`` only, positive coefficients, no cancellation)."""
+    import sympy as sp
+
     if k == 0:
         return d
     return sp.Add(*[c * d**r * n**(s - k) for (r, s), c in sorted(matching_counts(k).items())])
@@ -136,6 +142,8 @@ def moments(K: int = RECORD_MOMENTS) -> tuple:
 
 
 def derive_trace_moments():
+    import sympy as sp
+
     return sp.ImmutableMatrix(moments(RECORD_MOMENTS)[1:])
 
 
