@@ -46,13 +46,21 @@ class Symbols:
 
     Parameters
     ----------
-    matrices : names of D x D ``MatrixSymbol`` objects (matrix parameters, eigen-projectors).
-    vectors : names of D x 1 ``MatrixSymbol`` objects (column vectors).
-    integers : names of positive integer symbols (counts, dimensions, positions).
-    naturals : names of nonnegative integer symbols (counts that may be zero).
-    nonnegative : names of nonnegative real symbols (e.g. time ``t``).
-    reals : names of real symbols of either sign.
+    matrices : sequence of str
+        Names of D x D ``MatrixSymbol`` objects (matrix parameters, eigen-projectors).
+    vectors : sequence of str
+        Names of D x 1 ``MatrixSymbol`` objects (column vectors).
+    integers : sequence of str
+        Names of positive integer symbols (counts, dimensions, positions).
+    naturals : sequence of str
+        Names of nonnegative integer symbols (counts that may be zero).
+    nonnegative : sequence of str
+        Names of nonnegative real symbols (e.g. time ``t``).
+    reals : sequence of str
+        Names of real symbols of either sign.
 
+    Notes
+    -----
     Every other name is a positive real symbol; ``D`` is always :func:`dim`. A name listed
     twice is refused with ``ValueError``.
     """
