@@ -20,13 +20,12 @@ eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
     D x D symmetric positive-definite matrix or a list of its eigenvalues. With
     ``--backend mpmath`` the value is computed at ``--dps`` significant digits and printed
     as strings of that precision.
-
 cache info | cache clear
     Where the cache of emitted functions is (:mod:`theory.cache`: a later process loads a
     record's numeric function from it instead of deriving and emitting again), whether it is
     on, how many entries it holds and their size; or delete its entries. The environment
     variable ``ATTENTION_THEORY_CACHE`` relocates the cache (a folder) or turns it off (``off``).
---version
+``--version``
     The toolkit's version.
 
 Bad input (unknown id, missing or extra parameter, wrong shape, a covariance that is not

@@ -15,11 +15,11 @@ sweep ID --grid NAME=V1,V2,... [--grid NAME2=...]
     Run one check at every grid point (and seed, with ``--seeds``) and add ``sweep.csv``,
     ``sweep.json`` and the validity map ``figures/sweep-validity.png`` (discrepancy /
     tolerance over the grid; 1 is the pass boundary) to the report (:mod:`verify.sweep`).
---set NAME=VALUE
+``--set NAME=VALUE``
     Run with a setting changed (repeatable), e.g. ``--set N=200 --set spectrum=power:1.5``;
     applied to the selected checks that declare it. Every result records the settings it ran
     with.
---covers PREFIX
+``--covers PREFIX``
     Instead of ids: every check covering a closed form under ``PREFIX`` (whatever the
     check's own id), e.g. ``--covers preconditioned_gd.multi_layer`` also selects the torch
     checks of those records. With ``list``, lists them.

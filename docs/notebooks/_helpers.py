@@ -57,5 +57,5 @@ def claim(statement: str, holds) -> None:
 def record(id: str):
     """A registered closed form, with its source and status printed."""
     cf = theory.get(id)
-    print(f"{cf.id}: {cf.source} [{cf.status}]")
+    print(f"{cf.id}: {cf.citation} [{cf.status}]")
     return cf
