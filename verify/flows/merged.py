@@ -44,7 +44,7 @@ from scipy.integrate import solve_ivp
 
 from .. import validate
 
-__all__ = ["FlowResult", "Moments", "moments", "init_merged", "init_aligned", "rhs", "integrate",
+__all__ = ["FlowResult", "Moments", "moments", "init_merged", "init_aligned", "rhs", "integrate", "solve",
            "loss", "gradient", "gd", "s_eff", "conserved", "half_time", "effective_matrix"]
 
 
@@ -111,6 +111,19 @@ def _as_moments(Lambda, N) -> Moments:
 
 
 # -- validation helpers ---------------------------------------------------------------------
+def solve(f, y0: np.ndarray, t_eval: np.ndarray, *, method: str, rtol: float, atol: float, dense: bool):
+    """``solve_ivp`` of ``dy/dt = f(t, y)`` from ``y0`` at the times ``t_eval`` (from 0): the states
+    (one row per time), the dense solution (or None) and the number of evaluations of ``f``. Only
+    ``t_eval = [0, ...]`` returns ``y0`` without a solve; a failed solve raises ``RuntimeError``."""
+    t_end = float(t_eval[-1])
+    if t_end == 0.0:
+        return np.repeat(y0[None], t_eval.size, axis=0), None, 0
+    res = solve_ivp(f, (0.0, t_end), y0, method=method, t_eval=t_eval, rtol=rtol, atol=atol, dense_output=dense)
+    if not res.success:
+        raise RuntimeError(f"solve_ivp failed: {res.message}")
+    return res.y.T, res.sol, int(res.nfev)
+
+
 def _params(v, U, D: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     v = np.asarray(v, dtype=np.float64)
     U = np.asarray(U, dtype=np.float64)
@@ -385,16 +398,7 @@ def integrate(Lambda, N, v0, U0, *, tau: float = 1.0, t_eval, rtol: float = 1e-1
     atol = validate.positive("atol", atol)
     H, D = v0.shape[0], mo.D
     f = rhs(mo, None, tau)
-    t_end = float(t_eval[-1])
-    if t_end == 0.0:
-        Y = np.repeat(y0[None], t_eval.size, axis=0)
-        sol, nfev = None, 0
-    else:
-        res = solve_ivp(f, (0.0, t_end), y0, method=method, t_eval=t_eval, rtol=rtol, atol=atol,
-                        dense_output=dense)
-        if not res.success:
-            raise RuntimeError(f"solve_ivp failed: {res.message}")
-        Y, sol, nfev = res.y.T, res.sol, int(res.nfev)
+    Y, sol, nfev = solve(f, y0, t_eval, method=method, rtol=rtol, atol=atol, dense=dense)
     v, U = _unpack(Y, H, D)
     M = effective_matrix(v, U)
     return FlowResult(t=t_eval.copy(), v=v, U=U, M=M, loss=loss(mo, None, M), sol=sol, nfev=nfev)

@@ -38,10 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.integrate import solve_ivp
 
 from .. import validate
-from .merged import Moments, _as_moments, loss, moments
+from .merged import Moments, _as_moments, loss, moments, solve
 
 __all__ = [
     "deviations",
@@ -329,15 +328,7 @@ def integrate(Lambda, N, v0, k0, q0, *, tau: float = 1.0, t_eval, rtol: float = 
         atol = 1e-12 * scale**3 if scale > 0 else 1e-300
     atol = validate.positive("atol", atol)
     f = rhs(mo, None, H, R, tau)
-    t_end = float(t_eval[-1])
-    if t_end == 0.0:
-        Y, sol, nfev = np.repeat(y0[None], t_eval.size, axis=0), None, 0
-    else:
-        res = solve_ivp(f, (0.0, t_end), y0, method=method, t_eval=t_eval, rtol=rtol, atol=atol,
-                        dense_output=dense)
-        if not res.success:
-            raise RuntimeError(f"solve_ivp failed: {res.message}")
-        Y, sol, nfev = res.y.T, res.sol, int(res.nfev)
+    Y, sol, nfev = solve(f, y0, t_eval, method=method, rtol=rtol, atol=atol, dense=dense)
     v, k, q = _unpack(Y, H, R, D)
     M = effective_matrix(v, k, q)
     return SeparateFlowResult(t=t_eval.copy(), v=v, k=k, q=q, M=M, loss=loss(mo, None, M),
