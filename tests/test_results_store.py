@@ -34,6 +34,7 @@ def test_put_get_roundtrip_and_table(tmp_path):
         st.put(k1, _result(seed=1, discrepancy=float("nan"), passed=False))
         st.put(k1, _result(seed=1, discrepancy=2.0, passed=False))  # the same key: replaced
         assert len(st) == 2 and st.keys() == {k0, k1}
+        assert st.mean_seconds() == {"a.b.c": pytest.approx(0.1)}  # what Dask orders tasks by
         back = st.get(k0)
         assert back.details == {"n": 3} and back.figures == {"f": {"kind": "lines", "series": []}}
         assert back.discrepancy == 0.5 and st.get(Key.of("a.b.c", seed=9, profile="quick")) is None

@@ -149,6 +149,11 @@ class Store:
     def keys(self) -> set[Key]:
         return {Key(*r) for r in self._db.execute(f"SELECT {', '.join(_COLUMNS)} FROM results")}
 
+    def mean_seconds(self) -> dict[str, float]:
+        """check id -> the mean wall time of its stored runs (what a scheduler orders tasks by)."""
+        return {cid: float(sec) for cid, sec in
+                self._db.execute("SELECT check_id, AVG(seconds) FROM results GROUP BY check_id")}
+
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
 
