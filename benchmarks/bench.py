@@ -36,6 +36,10 @@ Measures
    (:meth:`LinearTransformer.forward`), the Gram recursion of
    :meth:`LinearTransformer.predict`, and the same under ``torch.compile`` (after a warm-up
    that compiles it).
+8. with ``--quick-profile``: the wall time of ``python -m verify all`` (quick profile, seed 0)
+   run serially and with ``--workers 2`` (each in a fresh interpreter, a fresh report folder),
+   and their ratio; with ``--quick-profile --seeds N``, the same for seeds ``0..N-1``.
+9. a cold ``python -m theory eval`` of a record with the derivation cache warm and with it off.
 """
 
 from __future__ import annotations
@@ -355,6 +359,42 @@ def _duration(sec: float) -> str:
     return f"{sec:.3g} s" if sec < 600 else f"{sec:.3g} s ({sec / 3600:.2g} h)"
 
 
+def bench_quick_profile(seeds: int = 1) -> dict:
+    """Wall times of the quick profile, serially and on --workers 2 (fresh interpreters)."""
+    import subprocess
+    import tempfile
+
+    out = {"seeds": seeds}
+    spec = ["--seed", "0"] if seeds == 1 else ["--seeds", f"0-{seeds - 1}"]
+    for label, extra in (("serial", []), ("workers_2", ["--workers", "2"])):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "verify", "all", *spec, "--quiet", "--report",
+                                   f"{tmp}/r", *extra], capture_output=True, text=True)
+            out[label] = time.perf_counter() - t0
+            out[f"{label}_summary"] = (proc.stdout.strip().splitlines() or [""])[-1]
+    out["ratio"] = out["workers_2"] / out["serial"]
+    return out
+
+
+def bench_cold_eval() -> dict:
+    """A fresh ``python -m theory eval`` with the derivation cache warm, and with it off."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "theory", "eval", "linear_attention.merged.sigma", "--json",
+           '{"t": 3.0, "tau": 1.0, "D": 4, "N": 31, "w_init": 0.01}']
+    out = {}
+    subprocess.run(cmd, capture_output=True)  # warm the cache
+    for label, env in (("cache_warm", {}), ("cache_off", {"ATTENTION_THEORY_CACHE": "off"})):
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, env={**os.environ, **env}, check=True)
+            times.append(time.perf_counter() - t0)
+        out[label] = min(times)
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/bench.py", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -375,6 +415,9 @@ def main(argv=None) -> int:
                         help="skip the GD++ full-profile step timing")
     parser.add_argument("--gdpp-steps", type=int, default=10,
                         help="timed GD++ steps per variant (batch 20000)")
+    parser.add_argument("--quick-profile", action="store_true",
+                        help="time python -m verify all serially and on --workers 2 (minutes)")
+    parser.add_argument("--seeds", type=int, default=1, help="with --quick-profile: seeds 0..N-1")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="BLAS threads for the numpy timings (default 1: algorithmic scaling, "
                              "not the thread pool's behaviour on a shared machine)")
@@ -407,6 +450,8 @@ def main(argv=None) -> int:
             args.fig4_ranks, seed=args.fig4_seed, steps=args.fig4_steps, batch=args.fig4_batch,
             torch_too=not args.skip_torch, device=args.device),
         "gdpp": None if args.skip_torch or args.skip_gdpp else bench_gdpp(args.gdpp_steps),
+        "cold_eval": bench_cold_eval(),
+        "quick_profile": bench_quick_profile(args.seeds) if args.quick_profile else None,
     }
     if args.json:
         print(json.dumps(res, indent=2))
@@ -468,6 +513,15 @@ def main(argv=None) -> int:
         for name in ("full token forward", "Gram recursion", "Gram recursion, torch.compile"):
             rows.append((f"{head}: loss + gradient, {name}", f"{gp[name] * 1e3:.1f} ms"))
         rows.append((f"{head}: compile time", f"{gp['compile seconds']:.1f} s"))
+    ce = res["cold_eval"]
+    rows.append(("cold python -m theory eval (merged.sigma), derivation cache warm / off",
+                 f"{ce['cache_warm']:.2f} s / {ce['cache_off']:.2f} s"))
+    qp = res["quick_profile"]
+    if qp is not None:
+        head = f"python -m verify all, quick profile, {qp['seeds']} seed(s)"
+        rows.append((f"{head}: serial", f"{qp['serial']:.1f} s ({qp['serial_summary']})"))
+        rows.append((f"{head}: --workers 2", f"{qp['workers_2']:.1f} s ({qp['workers_2_summary']})"))
+        rows.append((f"{head}: --workers 2 / serial", f"{qp['ratio']:.2f}"))
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
