@@ -14,6 +14,7 @@ import numpy as np
 import theory
 from verify import Outcome, check
 from verify.outcomes import z_control
+from verify.settings import Setting
 from verify.stats import rel_frobenius, z_threshold
 from verify.tasks.feature_least_squares import EIGENVALUES, N_SMALL
 from verify.tasks.in_context_moments import moment_figures, moment_predictions, probe_matrix, sample_moments
@@ -38,13 +39,25 @@ def _max_abs_z(mean, se, predicted) -> float:
        decides=["linear_attention.data.lambda_hat_sq_eq30_line2"],
        method="monte_carlo",
        title="Monte Carlo of the in-context moments E[Lhat], E[Lhat^2], E[beta beta^T], "
-             "E[y_q z], E[z z^T], E[y_q^2] and E[x x^T A x x^T]")
+             "E[y_q z], E[z z^T], E[y_q^2] and E[x x^T A x x^T]",
+       settings=[Setting("N", "int", quick=N_SMALL, full=N_SMALL, low=2, high=32,
+                         doc="context length N (>= 2: at N = 1 the printed eq. 30 line 2 is exact, its control "
+                             "vacuous; <= 32: the per-token fourth moment is held in memory)"),
+                 Setting("spectrum", "spectrum", quick=EIGENVALUES, full=EIGENVALUES,
+                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
+                 Setting("D", "int", quick=len(EIGENVALUES), full=len(EIGENVALUES), low=1, high=6,
+                         doc="token dimension for a white or power spectrum (a list fixes D; <= 6: "
+                             "E[z z^T] has D^4 entries per sequence)"),
+                 Setting("samples", "int", quick=500_000, full=20_000_000, low=10_000, high=10**9,
+                         doc="sampled sequences")])
 def mc_moments(ctx):
     rng = ctx.rng
-    D, N = len(EIGENVALUES), N_SMALL
-    Lam = random_covariance(rng, EIGENVALUES)
+    spec, N = ctx.setting("spectrum"), ctx.setting("N")
+    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    D = len(eigenvalues)
+    Lam = random_covariance(rng, eigenvalues)
     A_rand = probe_matrix(rng, Lam)
-    total = ctx.pick(quick=500_000, full=20_000_000)
+    total = ctx.setting("samples")
 
     pred = moment_predictions(Lam, N, A_rand)   # eqs. 27-31, 43-44
     est_seq, est_tok, mean, se, curve_n, curve_err = sample_moments(rng, Lam, N, A_rand, total, pred,
@@ -74,7 +87,7 @@ def mc_moments(ctx):
         controls=controls,
         details={
             "sequences": est_seq.n, "tokens_for_fourth_moment": est_tok.n,
-            "D": D, "N": N, "eigenvalues": list(EIGENVALUES),
+            "D": D, "N": N, "eigenvalues": list(eigenvalues),
             "max_abs_z": per_z,
             "relative_frobenius_error": {k: rel_frobenius(mean[k], pred[k]) for k in pred},
             "note": "a row-major vec of E[y_q z] is not a usable control: E[y_q beta x_q^T] = "
@@ -82,5 +95,5 @@ def mc_moments(ctx):
                     "tested on E[z z^T]: a row-major z = beta (x) x_q = K z (K the commutation "
                     "matrix) has E[z z^T] = E[Lhat^2] (x) Lambda, the swapped-order control",
         },
-        figures=moment_figures(D, N, EIGENVALUES, est_seq, mean, se, pred, swapped, curve_n, curve_err),
+        figures=moment_figures(D, N, tuple(eigenvalues), est_seq, mean, se, pred, swapped, curve_n, curve_err),
     )

@@ -68,16 +68,23 @@ def _printed_numpy(id: str):
                "linear_attention.merged.sigma_infinity", "linear_attention.merged.half_rise_time"],
        method="exact_flow",
        title="Eq. 10 and eq. 51 against the integrated gradient flow from a balanced, aligned "
-             "start (Lambda = I_4, N = 31, H = 8)")
+             "start (Lambda = I_4, N = 31, H = 8)",
+       settings=[Setting("w_init", "floats", quick=(1e-1, 1e-3, 1e-6), full=(1e-1, 1e-3, 1e-6), low=1e-12,
+                         high=1.0, doc="initial scales of the aligned start (one flow each)"),
+                 Setting("N", "int", quick=N, full=N, low=1, high=10**6, doc="context length N"),
+                 Setting("D", "int", quick=D, full=D, low=1, high=64, doc="token dimension D (Lambda = I_D)"),
+                 Setting("H", "int", quick=H, full=H, low=1, high=256, doc="heads H")])
 def flow_sigmoid_aligned(ctx):
-    mo = fm.moments(np.eye(D), N)
+    ws, n, d, h = ctx.setting("w_init"), ctx.setting("N"), ctx.setting("D"), ctx.setting("H")
+    sub = str(d).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))  # I₄ in the figure titles
+    mo = fm.moments(np.eye(d), n)
     printed_sigma = _printed_numpy("linear_attention.merged.sigma")
     sigma_erratum = bool(theory.get("linear_attention.merged.sigma").erratum)
     rows, worst, worst_ctrl, worst_printed = [], 0.0, np.inf, 0.0
     exp_ctrl, exp_printed = np.inf, 0.0  # expected control statistics: wrong vs eq. 10 (closed forms)
     fig_sigma, fig_loss = [], []
-    for w in (1e-1, 1e-3, 1e-6):
-        row, t, res, sig_ode, sig10, loss51, exp = aligned_sigma_run(mo, H, w, printed_sigma, tau=TAU, rtol=RTOL)
+    for w in ws:
+        row, t, res, sig_ode, sig10, loss51, exp = aligned_sigma_run(mo, h, w, printed_sigma, tau=TAU, rtol=RTOL)
         rows.append(row)
         d_sig, d_loss, off, d_inf, d_half, d_wrong, d_printed = (row[k] for k in (
             "max_abs_sigma_err", "max_abs_loss_err", "max_off_identity", "sigma_end_minus_sigma_inf",
@@ -105,16 +112,16 @@ def flow_sigmoid_aligned(ctx):
         measured={r["w_init"]: r["max_abs_sigma_err"] for r in rows},
         predicted="sigma(t) of eq. 10, L(t) of eq. 51, sigma_inf = N/(N+1+D), t_1/2",
         discrepancy=worst, tolerance=tol,
-        criterion="max over w_init in {1e-1,1e-3,1e-6} and t of |sigma_ODE - sigma_eq10|, "
+        criterion=f"max over w_init in {{{','.join(f'{w:g}' for w in ws)}}} and t of |sigma_ODE - sigma_eq10|, "
                   "|L_ODE - L_eq51|, the off-identity part of M, |sigma(T) - sigma_inf| and "
                   "|t_1/2 ODE - t_1/2| (in tau) <= 1e-7: eq. 10 is the exact solution from this "
                   "start; the ODE (rtol 1e-10) is accurate to ~1e-9 over the ~30 e-folds of growth",
         controls=controls,
         details={"runs": rows, "printed_sigma_is_erratum": sigma_erratum,
                  "max_abs_err_printed_sigma": worst_printed},
-        figures={"sigma_aligned": lines_figure("σ(t) from a balanced, aligned start (Λ = I₄, N = 31)",
+        figures={"sigma_aligned": lines_figure(f"σ(t) from a balanced, aligned start (Λ = I{sub}, N = {n})",
                                          "σ(t) = M₁₁(t)", fig_sigma),
-                 "loss_aligned": lines_figure("Loss from a balanced, aligned start (Λ = I₄, N = 31)",
+                 "loss_aligned": lines_figure(f"Loss from a balanced, aligned start (Λ = I{sub}, N = {n})",
                                         "L(t)", fig_loss)},
     )
 
@@ -169,9 +176,17 @@ def flow_sigmoid_random_init(ctx):
        covers=["linear_attention.merged.plateau_time", "linear_attention.merged.gamma"],
        method="exact_flow",
        title="Eq. 54: the half-drop time grows as (tau/||Lambda^2||_F) ln(1/w_init) "
-             "(non-white Lambda, aligned start)")
+             "(non-white Lambda, aligned start)",
+       settings=[Setting("spectrum", "spectrum", quick=SPECTRUM, full=SPECTRUM,
+                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
+                 Setting("D", "int", quick=D, full=D, low=1, high=64,
+                         doc="token dimension for a white or power spectrum (a list fixes D)"),
+                 Setting("N", "int", quick=N, full=N, low=1, high=10**6, doc="context length N"),
+                 Setting("H", "int", quick=H, full=H, low=1, high=256, doc="heads H")])
 def plateau_slope(ctx):
-    Lam = random_covariance(ctx.rng, SPECTRUM)
+    spec, N, H = ctx.setting("spectrum"), ctx.setting("N"), ctx.setting("H")
+    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    Lam = random_covariance(ctx.rng, eigenvalues)
     mo = fm.moments(Lam, N)
     L_star = _cf("linear_attention.merged.global_min_loss", Lambda=Lam, N=N)
     gamma = _cf("linear_attention.merged.gamma", Lambda=Lam)
@@ -191,6 +206,10 @@ def plateau_slope(ctx):
     offsets = t_half - t54
     tol = 1e-3
     lam1 = float(np.linalg.eigvalsh(Lam)[-1])
+    figures = plateau_figures(x, t_half, t54, fig_loss)
+    if tuple(eigenvalues) != SPECTRUM:  # the shared figure's title names the Fig.-1 spectrum
+        figures["plateau_half_times"]["title"] = ("Half-drop time vs ln(1/w_init), Λ eigenvalues ("
+                                                  + ", ".join(f"{e:g}" for e in eigenvalues) + ")")
     return Outcome(
         measured={"slope": slope, "t_half": t_half.tolist()},
         predicted={"slope": slope_54, "tau_over_gamma": TAU / gamma, "eq54": t54.tolist()},
@@ -209,8 +228,8 @@ def plateau_slope(ctx):
         ],
         details={"ratio": ratio, "offset_t_half_minus_eq54": offsets.tolist(),
                  "w_init": ws.tolist(), "gamma": gamma, "L_star": L_star,
-                 "eigenvalues": list(SPECTRUM)},
-        figures=plateau_figures(x, t_half, t54, fig_loss),
+                 "eigenvalues": list(eigenvalues)},
+        figures=figures,
     )
 
 
@@ -220,14 +239,16 @@ def plateau_slope(ctx):
                "linear_attention.merged.loss"],
        method="exact_flow",
        title="Eq. 55 conservation, convergence to M* (eq. 11) and L*, rank-one heads, and the "
-             "O(eta) drift of eq. 55 under gradient descent (Fig.-1 spectrum)")
+             "O(eta) drift of eq. 55 under gradient descent (Fig.-1 spectrum)",
+       settings=[Setting("T", "float", quick=1000.0, full=1000.0, low=250.0, high=20_000.0,
+                         doc="training time T (in tau) of the flow and of the two gradient-descent runs")])
 def conservation_and_convergence(ctx):
     w = 1e-3
     Lam = random_covariance(ctx.rng, SPECTRUM)
     mo = fm.moments(Lam, N)
     (rng,) = ctx.spawn(1)
     v0, U0 = fm.init_merged(rng, H, D, w)
-    T_end = ctx.pick(quick=1000.0, full=1000.0)
+    T_end = ctx.setting("T")
     t = np.concatenate([np.linspace(0.0, 200.0, 801), np.linspace(200.0, T_end, 801)[1:]])
     res = fm.integrate(mo, None, v0, U0, tau=TAU, t_eval=t, rtol=RTOL)
     C = fm.conserved(res.v, res.U)
@@ -274,7 +295,7 @@ def conservation_and_convergence(ctx):
         passed=bool(disc <= 1.0 and rank_ok),
         criterion="each part divided by its tolerance <= 1: ||C(t)-C(0)||_F <= 1e-9 along the "
                   "flow (rtol 1e-10 on O(10) weights); ||M(T)-M*||/||M*|| <= 1e-6 and "
-                  "|L(T)-L*| <= 1e-10 at T = 1000 tau (L - L* decays exponentially after the drop, "
+                  f"|L(T)-L*| <= 1e-10 at T = {T_end:g} tau (L - L* decays exponentially after the drop, "
                   "~1e-4 at 300 tau); "
                   "GD drift of C proportional to eta (ratio within 10% of the eta ratio, first "
                   "order in eta); and rank-one heads: sigma2/sigma1(W1(T)) <= "
@@ -300,10 +321,19 @@ def conservation_and_convergence(ctx):
                "linear_attention.merged.global_min_loss"],
        method="exact_flow",
        title="Zero gradient on M_0, on the zero-output set {w2 = 0, W1 vec(Lambda^2) = 0} and "
-             "on the manifold M = M* (eq. 9); G = -1/2 dL/dM")
+             "on the manifold M = M* (eq. 9); G = -1/2 dL/dM",
+       settings=[Setting("spectrum", "spectrum", quick=SPECTRUM, full=SPECTRUM,
+                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
+                 Setting("D", "int", quick=D, full=D, low=1, high=64,
+                         doc="token dimension for a white or power spectrum (a list fixes D)"),
+                 Setting("N", "int", quick=N, full=N, low=1, high=10**6, doc="context length N"),
+                 Setting("H", "int", quick=H, full=H, low=1, high=256, doc="heads H")])
 def fixed_points(ctx):
     rng = ctx.rng
-    Lam = random_covariance(rng, SPECTRUM)
+    spec, N, H = ctx.setting("spectrum"), ctx.setting("N"), ctx.setting("H")
+    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    D = len(eigenvalues)
+    Lam = random_covariance(rng, eigenvalues)
     mo = fm.moments(Lam, N)
     f = fm.rhs(mo, None, TAU)
     eps = np.finfo(float).eps

@@ -30,6 +30,7 @@ from verify.models.merged_training import (
     training_figures,
     zero_block_norms,
 )
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 from verify.stats import rel_max, z_threshold
 
@@ -49,7 +50,13 @@ HALF_TIME_RTOL = 0.05
 
 @check("linear_attention.merged.torch_forward_identity",
        covers=["linear_attention.merged.loss"], method="torch", needs=("torch",),
-       title="Full multi-head linear attention = beta^T M x_q = MLP(z) (eqs. M, 6-7, D.1)")
+       title="Full multi-head linear attention = beta^T M x_q = MLP(z) (eqs. M, 6-7, D.1)",
+       settings=[Setting("D", "int", quick=4, full=6, low=2, high=16,
+                         doc="token dimension D (>= 2: at D = 1 the transposed-M controls are the identity)"),
+                 Setting("H", "int", quick=3, full=8, low=1, high=64, doc="attention heads H"),
+                 Setting("N", "int", quick=7, full=31, low=1, high=500, doc="context length N"),
+                 Setting("samples", "int", quick=256, full=4096, low=100, high=10_000,
+                         doc="sampled sequences the identities are evaluated on")])
 def torch_forward_identity(ctx):
     """The real attention forward against the reduced forms, to float64 round-off.
 
@@ -62,7 +69,7 @@ def torch_forward_identity(ctx):
     """
     from verify.tasks.in_context_regression import random_covariance
 
-    D, H, N, B = ctx.pick(quick=(4, 3, 7, 256), full=(6, 8, 31, 4096))
+    D, H, N, B = (ctx.setting(k) for k in ("D", "H", "N", "samples"))
     Lam = random_covariance(ctx.rng, np.linspace(1.0, 0.2, D))
     o = merged_forward_outputs(Lam, N, H, B, ctx.torch_generator("cpu"))
     Xn, wn, v, U, eq_m = o["X"], o["w"], o["v"], o["U"], o["eq. M"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 from verify.stats import rel_frobenius, z_threshold
 from verify.tasks.feature_least_squares import EIGENVALUES, next_token_regression, unvec
@@ -30,12 +31,24 @@ N_MAX = 8
                "linear_attention.ntp.inv_length_mean", "linear_attention.merged.zero_loss"],
        method="monte_carlo",
        title="Next-token loss (eq. 23) with uniform context lengths: the zero plateau tr Lambda, "
-             "the minimum eq. 26 at the eq.-25 predictor, and least squares over all positions")
+             "the minimum eq. 26 at the eq.-25 predictor, and least squares over all positions",
+       settings=[Setting("N_max", "int", quick=N_MAX, full=N_MAX, low=2, high=1000,
+                         doc="largest context length N_max (lengths uniform on 1..N_max; >= 2: at 1 the "
+                             "fixed-N controls equal eq. 25-26)"),
+                 Setting("spectrum", "spectrum", quick=EIGENVALUES, full=EIGENVALUES,
+                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
+                 Setting("D", "int", quick=len(EIGENVALUES), full=len(EIGENVALUES), low=1, high=6,
+                         doc="token dimension for a white or power spectrum (a list fixes D; <= 6: "
+                             "z z^T has D^4 entries per sequence)"),
+                 Setting("samples", "int", quick=400_000, full=10_000_000, low=10_000, high=10**9,
+                         doc="sampled sequences")])
 def mc_plateaus(ctx):
     rng = ctx.rng
-    D, N_max = len(EIGENVALUES), N_MAX
-    Lam = random_covariance(rng, EIGENVALUES)
-    total = ctx.pick(quick=400_000, full=10_000_000)
+    spec, N_max = ctx.setting("spectrum"), ctx.setting("N_max")
+    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    D = len(eigenvalues)
+    Lam = random_covariance(rng, eigenvalues)
+    total = ctx.setting("samples")
     chunk = CHUNK // N_max
 
     M_ntp = _cf("linear_attention.ntp.converged_matrix", Lambda=Lam, N_max=N_max)
@@ -68,7 +81,7 @@ def mc_plateaus(ctx):
         controls=controls,
         details={
             "sequences": est.n, "predictions": est.n * N_max, "D": D, "N_max": N_max,
-            "eigenvalues": list(EIGENVALUES),
+            "eigenvalues": list(eigenvalues),
             "z_loss_zero": z_zero, "z_loss_eq25": z_min,
             "max_abs_z_least_squares": float(np.max(np.abs(z_ls))),
             "relative_error_least_squares": rel_frobenius(M_hat, M_ntp),

@@ -14,6 +14,7 @@ import numpy as np
 from verify import check
 from verify.outcomes import z_control, z_test
 from verify.flows.separate_ranks import saddle_levels
+from verify.settings import Setting
 from verify.stats import batch_mean
 from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import iter_sequences, random_covariance
@@ -24,10 +25,20 @@ from verify.tasks.in_context_regression import iter_sequences, random_covariance
        covers=["linear_attention.ntp.saddle_loss", "linear_attention.ntp.inv_length_mean"],
        method="monte_carlo",
        title="Monte Carlo next-token loss (eq. 23, lengths 1..N_max = 8, D = 3) of the fixed points "
-             "with E(1/N) against eq. 26, m = 0..D")
+             "with E(1/N) against eq. 26, m = 0..D",
+       settings=[Setting("N_max", "int", quick=8, full=8, low=2, high=100,
+                         doc="largest context length N_max (lengths uniform on 1..N_max; >= 2: at 1 the "
+                             "fixed-N control equals eq. 26; <= 100: batches of 100000 sequences are in memory)"),
+                 Setting("spectrum", "spectrum", quick=(0.5, 0.3, 0.2), full=(0.5, 0.3, 0.2),
+                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
+                 Setting("D", "int", quick=3, full=3, low=1, high=12,
+                         doc="token dimension for a white or power spectrum (a list fixes D)"),
+                 Setting("samples", "int", quick=200_000, full=4_000_000, low=10_000, high=10**9,
+                         doc="sampled sequences")])
 def mc_saddles(ctx):
     rng = ctx.rng
-    eigs, N_max = (0.5, 0.3, 0.2), 8
+    spec, N_max = ctx.setting("spectrum"), ctx.setting("N_max")
+    eigs = tuple(spec.eigenvalues(None if spec.form == "values" else ctx.setting("D")))
     D = len(eigs)
     Lam = random_covariance(rng, eigs)
     nu = float(_cf("linear_attention.ntp.inv_length_mean", N_max=N_max))
@@ -38,7 +49,7 @@ def mc_saddles(ctx):
     pred = np.array([float(_cf("linear_attention.ntp.saddle_loss", Lambda=Lam, N_max=N_max, m=m))
                      for m in range(D + 1)])
     fixed = saddle_levels(Lam, N_max, D)
-    total = ctx.pick(quick=200_000, full=4_000_000)
+    total = ctx.setting("samples")
     acc = batch_mean()
     for seq in ctx.iterate(iter_sequences(rng, Lam, N_max, total), "next-token losses"):
         yhat = np.einsum("bni,mij,bnj->bmn", seq.beta, Ms, seq.queries)

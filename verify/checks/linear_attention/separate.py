@@ -35,6 +35,7 @@ from verify import Control, Outcome, check
 from verify.flows import separate as fs
 from verify.flows.separate_fixed_points import FixedPointProbe
 from verify.flows.separate_ranks import N_FIG, RTOL, SPECTRUM, TAU, saddle_levels, scalar_drop_times, staircase_figures
+from verify.settings import Setting
 from verify.stats import batch_mean, z_threshold
 from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import iter_tasks, random_covariance
@@ -47,11 +48,15 @@ from verify.tasks.wishart import sample_wishart_betas
                "linear_attention.separate.ansatz_value_weight", "linear_attention.separate.fixed_point_gradient"],
        method="exact_flow",
        title="All 2^D fixed points of ATTN_S: zero gradient of eq. 14/83 at weights realising M_S, "
-             "and L(M_S) = eq. 63 (non-white Lambda, N = 7)")
+             "and L(M_S) = eq. 63 (non-white Lambda, N = 7)",
+       settings=[Setting("D", "int", quick=5, full=6, low=4, high=10,
+                         doc="token dimension D (all 2^D subsets are probed; >= 4 for the inactive-head probe "
+                             "S = {1, 2}, k = e_3, q = e_4)"),
+                 Setting("N", "int", quick=7, full=7, low=1, high=10**6, doc="context length N")])
 def fixed_points(ctx):
     rng = ctx.rng
-    D = ctx.pick(quick=5, full=6)
-    N = 7
+    D = ctx.setting("D")
+    N = ctx.setting("N")
     eigs = 0.9 ** np.arange(D) * (1 + 0.5 * np.arange(D)[::-1] / D)   # distinct, descending
     Lam = random_covariance(rng, eigs)
     mo = fs.moments(Lam, N)
@@ -97,13 +102,22 @@ def fixed_points(ctx):
        decides=["linear_attention.separate.drop_size"],
        method="monte_carlo",
        title="Monte Carlo loss of the in-context PCR predictor beta^T M_m x_q (eq. 22) at every "
-             "m = 0..D against eq. 19 (non-white Lambda, N = 5)")
+             "m = 0..D against eq. 19 (non-white Lambda, N = 5)",
+       settings=[Setting("N", "int", quick=5, full=5, low=1, high=100,
+                         doc="context length N (batches of 100000 sequences are held in memory)"),
+                 Setting("spectrum", "spectrum", quick=(1.0, 0.5, 0.25, 0.1), full=(1.0, 0.5, 0.25, 0.1),
+                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
+                 Setting("D", "int", quick=4, full=4, low=1, high=12,
+                         doc="token dimension for a white or power spectrum (a list fixes D)"),
+                 Setting("samples", "int", quick=400_000, full=10_000_000, low=10_000, high=10**9,
+                         doc="sampled sequences")])
 def mc_subset_loss(ctx):
     rng = ctx.rng
-    eigs, N = (1.0, 0.5, 0.25, 0.1), 5
+    spec, N = ctx.setting("spectrum"), ctx.setting("N")
+    eigs = tuple(spec.eigenvalues(None if spec.form == "values" else ctx.setting("D")))
     D = len(eigs)
     Lam = random_covariance(rng, eigs)
-    total = ctx.pick(quick=400_000, full=10_000_000)
+    total = ctx.setting("samples")
     Ms = np.stack([np.asarray(_cf("linear_attention.separate.fixed_point_matrix", Lambda=Lam, N=N,
                                   S=list(range(1, m + 1)))) for m in range(D + 1)])
     pred = saddle_levels(Lam, N, D)
@@ -319,7 +333,11 @@ def _loglog_slope(N, err) -> float:
        covers=["linear_attention.separate.pcr_limit_matrix", "linear_attention.separate.fixed_point_matrix"],
        method="monte_carlo",
        title="In-context PCR at M_m tends to P_m Lambda^{-1} as N -> infinity at rate 1/N, and its "
-             "loss at large N to the limit loss sum_{d>m} lambda_d (eq. 22; Fig.-1 spectrum)")
+             "loss at large N to the limit loss sum_{d>m} lambda_d (eq. 22; Fig.-1 spectrum)",
+       settings=[Setting("N", "int", quick=10**5, full=10**6, low=len(SPECTRUM), high=10**12,
+                         doc="context length N of the Monte Carlo part (N Lambda_hat drawn as a Wishart matrix)"),
+                 Setting("samples", "int", quick=400_000, full=10_000_000, low=10_000, high=10**9,
+                         doc="sampled sequences of the Monte Carlo part")])
 def pcr_limit(ctx):
     """Eq. 22's limit: ``M_m(N) -> P_m Lambda^{-1}`` and ``beta^T M_m x_q -> w^T P_m x_q``.
 
@@ -361,8 +379,8 @@ def pcr_limit(ctx):
     slope_dev = max(abs(s + 1.0) for s in slopes.values())
     ctrl_slope_dev = min(abs(s + 1.0) for s in ctrl_slopes.values())
     # (ii) Monte Carlo of the loss at large N
-    N_big = ctx.pick(quick=10**5, full=10**6)
-    total = ctx.pick(quick=400_000, full=10_000_000)
+    N_big = ctx.setting("N")
+    total = ctx.setting("samples")
     chunk = 100_000
     ms = list(range(D))
     M_fin = np.stack([np.asarray(_cf("linear_attention.separate.fixed_point_matrix", Lambda=Lam, N=N_big,

@@ -40,6 +40,7 @@ from verify.flows.separate_ranks import (
     scale_comparison,
     staircase_figure,
 )
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 
 
@@ -129,7 +130,11 @@ RANK_LEVEL_RTOL = 1e-4
        method="exact_flow",
        title="Rank-R ATTN_S (R = 1, 2, 4, H = D/R, D = 4, Fig.-1 spectrum, N = 31, eq.-36 start, "
              "w_init = 1e-3 and 1e-4): plateaus at m a multiple of R scale like 1/w_init, the others "
-             "vanish against them; levels L(M_{jR}) with M = M_{jR}")
+             "vanish against them; levels L(M_{jR}) with M = M_{jR}",
+       settings=[Setting("w_init", "float", quick=RANK_W_INIT["quick"], full=RANK_W_INIT["full"], low=1e-8,
+                         high=0.1, doc="larger initial scale w_1 of eq. 36 (each draw also runs at w_1 / 10)"),
+                 Setting("draws", "int", quick=1, full=4, low=1, high=100,
+                         doc="eq.-36 initial draws per rank R")])
 def rank_plateaus(ctx):
     """The rank-R plateau pattern of §5 / App. F.4 along the exact flow (eq. 83).
 
@@ -158,9 +163,9 @@ def rank_plateaus(ctx):
     Lam, mo, lam, E, a = figure_setup(ctx.rng)
     D, N = lam.size, N_FIG
     levels = saddle_levels(Lam, N, D)
-    w1 = ctx.pick(**RANK_W_INIT)
+    w1 = ctx.setting("w_init")
     w2 = w1 / 10.0
-    draws = ctx.pick(quick=1, full=4)
+    draws = ctx.setting("draws")
     ranks = (1, 2, 4)
     rngs = ctx.spawn(len(ranks) * draws)
     n_t = ctx.pick(quick=3000, full=8000)

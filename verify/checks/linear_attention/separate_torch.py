@@ -36,6 +36,7 @@ from verify.models.linear_attention_training import (
     separate_forward_outputs,
     selected_ranks,
 )
+from verify.settings import Setting
 from verify.stats import rel_max
 
 #: Round-off tolerance of the forward identities (relative to the largest |yhat|).
@@ -44,7 +45,15 @@ ROUNDOFF_RTOL = 1e-12
 
 @check("linear_attention.separate.torch_forward_identity",
        covers=["linear_attention.separate.fixed_point_matrix"], method="torch", needs=("torch",),
-       title="Full separate key/query attention = beta^T M x_q, M = sum v_i k_ir q_ir^T (eq. S)")
+       title="Full separate key/query attention = beta^T M x_q, M = sum v_i k_ir q_ir^T (eq. S)",
+       settings=[Setting("D", "int", quick=4, full=8, low=2, high=16,
+                         doc="token dimension D (>= 2: at D = 1 the transposed-M controls are the identity)"),
+                 Setting("H", "int", quick=3, full=9, low=1, high=16, doc="attention heads H"),
+                 Setting("R", "int", quick=2, full=4, low=1, high=8, doc="rank R of each head's key/query"),
+                 Setting("N", "int", quick=7, full=31, low=1, high=200, doc="context length N"),
+                 Setting("samples", "int", quick=256, full=4096, low=100, high=10_000,
+                         doc="sampled sequences the identities are evaluated on (the forward holds "
+                             "samples x H x R x N values)")])
 def torch_forward_identity(ctx):
     """The real ATTN_S forward against eq. S, to float64 round-off.
 
@@ -57,7 +66,7 @@ def torch_forward_identity(ctx):
     """
     from verify.tasks.in_context_regression import random_covariance
 
-    D, H, R, N, B = ctx.pick(quick=(4, 3, 2, 7, 256), full=(8, 9, 4, 31, 4096))
+    D, H, R, N, B = (ctx.setting(k) for k in ("D", "H", "R", "N", "samples"))
     Lam = random_covariance(ctx.rng, np.linspace(1.0, 0.2, D))
     o = separate_forward_outputs(Lam, N, H, R, B, ctx.torch_generator("cpu"))
     Xn, M, full = o["X"], o["M"], o["full"]

@@ -6,6 +6,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.settings import Setting
 
 from ..dynamics import flow, problem, shallow, strengths, wrong_rate
 
@@ -17,11 +18,18 @@ TOLERANCE = 1e-8
 
 @check("saxe_linear.modes.flow_matrix", method="exact_flow",
        covers=["saxe_linear.modes.strength", "saxe_linear.modes.learning_time"],
-       title="Mode strengths and half-rise times of the exact two-layer gradient flow (4 modes)")
+       title="Mode strengths and half-rise times of the exact two-layer gradient flow (4 modes)",
+       settings=[Setting("modes", "int", quick=4, full=8, low=1, high=12,
+                         doc="modes (nonzero singular values of Sigma31, drawn in [1, 3] at least 0.1 apart; "
+                             "<= n_in and n_out)"),
+                 Setting("n_in", "int", quick=5, full=10, low=1, high=1000, doc="input units N1"),
+                 Setting("n_out", "int", quick=4, full=8, low=1, high=1000, doc="output units N3")])
 def flow_matrix(ctx):
     strength, learning_time = theory.get("saxe_linear.modes.strength"), theory.get("saxe_linear.modes.learning_time")
-    p = problem(ctx.rng, modes=ctx.pick(quick=4, full=8), n_in=ctx.pick(quick=5, full=10),
-                n_out=ctx.pick(quick=4, full=8))
+    modes, n_in, n_out = ctx.setting("modes"), ctx.setting("n_in"), ctx.setting("n_out")
+    if modes > min(n_in, n_out):
+        raise ValueError(f"modes: must be <= n_in = {n_in} and n_out = {n_out}, got {modes}")
+    p = problem(ctx.rng, modes=modes, n_in=n_in, n_out=n_out)
     half = learning_time(s=p.s, u0=p.u0, u_f=p.s / 2, tau=p.tau)
     t_end = 2.5 * float(np.max(half))
     ts = np.linspace(0.0, t_end, ctx.pick(quick=60, full=400))

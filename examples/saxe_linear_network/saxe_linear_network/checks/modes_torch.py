@@ -6,13 +6,16 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.settings import Setting
 
 from ..dynamics import problem, shallow, wrong_rate
 
 
 @check("saxe_linear.modes.torch_gradient_descent", method="torch", needs=["torch"],
        covers=["saxe_linear.modes.strength"],
-       title="Mode strengths of a torch two-layer linear network trained by full-batch gradient descent")
+       title="Mode strengths of a torch two-layer linear network trained by full-batch gradient descent",
+       settings=[Setting("lr", "float", quick=3e-3, full=3e-4, low=1e-5, high=0.1,
+                         doc="learning rate (one step is dt = lr tau of the flow)")])
 def torch_gradient_descent(ctx):
     import torch
 
@@ -31,7 +34,7 @@ def torch_gradient_descent(ctx):
         net[0].weight.copy_(torch.as_tensor(p.W21))
         net[1].weight.copy_(torch.as_tensor(p.W32))
     # loss 1/2 E||y - yhat||^2: one step of rate lr is dt = lr tau of the flow (tau = 1)
-    lr = ctx.pick(quick=3e-3, full=3e-4)
+    lr = ctx.setting("lr")
     opt = torch.optim.SGD(net.parameters(), lr=lr)
     half = learning_time(s=p.s, u0=p.u0, u_f=p.s / 2, tau=p.tau)
     steps = int(np.ceil(2.5 * np.max(half) / lr))
