@@ -12,6 +12,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.tasks.qk_spectra import qk_draws
 
 
@@ -19,10 +20,12 @@ from verify.tasks.qk_spectra import qk_draws
        covers=["localization.bounds.spectral_lower", "localization.bounds.frobenius_lower",
                "localization.bounds.frobenius_upper"],
        decides=["localization.bounds.spectral_lower"], method="monte_carlo",
-       title="Eq. 7 (valid versions) and eq. 10 (valid chain) on random draws and W_QK = Sigma = I")
+       title="Eq. 7 (valid versions) and eq. 10 (valid chain) on random draws and W_QK = Sigma = I",
+       settings=[Setting("samples", "int", quick=2000, full=20000, low=1, high=10**7,
+                         doc="random (d, Sigma, W_QK) draws")])
 def norm_bounds(ctx):
     rng = ctx.rng
-    n = ctx.pick(quick=2000, full=20000)
+    n = ctx.setting("samples")
     lo2, loF, up, printed = (theory.get(f"localization.bounds.{k}") for k in
                              ("spectral_lower", "frobenius_lower", "frobenius_upper", "spectral_lower"))
     cases = list(qk_draws(rng, n))

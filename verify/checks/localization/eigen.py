@@ -12,6 +12,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.tasks.qk_spectra import qk_draws
 
 
@@ -19,10 +20,12 @@ from verify.tasks.qk_spectra import qk_draws
        covers=["localization.eigen.variance", "localization.eigen.trace_bound", "localization.eigen.xi",
                "localization.eigen.eta", "localization.eigen.scale"],
        decides=["localization.eigen.scale"], method="monte_carlo",
-       title="Eigenspectrum variance (eq. 8), bound (eq. 5), xi, eta, tr W^2 vs eigenvalues of W")
+       title="Eigenspectrum variance (eq. 8), bound (eq. 5), xi, eta, tr W^2 vs eigenvalues of W",
+       settings=[Setting("samples", "int", quick=2000, full=20000, low=1, high=10**7,
+                         doc="random (d, Sigma, W_QK) draws")])
 def eigenspectrum(ctx):
     rng = ctx.rng
-    n = ctx.pick(quick=2000, full=20000)
+    n = ctx.setting("samples")
     cf = {k: theory.get(f"localization.eigen.{k}") for k in ("variance", "trace_bound", "xi", "eta", "scale")}
     errs, ctrl_scale, ctrl_eta, slack, tight = [], [], [], [], []
     gap_scale, gap_eta = [], []  # expected control statistics: wrong vs registered closed form

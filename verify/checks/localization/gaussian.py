@@ -24,6 +24,7 @@ import numpy as np
 
 from verify import check
 from verify.outcomes import z_control, z_test
+from verify.settings import Setting
 from verify.stats import batch_mean, z_threshold
 from verify.stats import evaluate as _cf
 from verify.tasks.in_context_regression import random_covariance, random_orthogonal
@@ -46,7 +47,9 @@ _IDS = ("localization.gaussian.quadratic_mean", "localization.gaussian.second_mo
 @check("localization.gaussian.mc_moments",
        covers=list(_IDS),
        method="monte_carlo",
-       title="Monte Carlo of Lemma 3: E[x^T W x], E[x x^T], E[a^T W x x^T W x], E[(x^T W x)^2] for x ~ N(mu, Sigma)")
+       title="Monte Carlo of Lemma 3: E[x^T W x], E[x x^T], E[a^T W x x^T W x], E[(x^T W x)^2] for x ~ N(mu, Sigma)",
+       settings=[Setting("samples", "int", quick=2_000_000, full=20_000_000, low=1000, high=10**10,
+                         doc="sampled tokens x")])
 def mc_moments(ctx):
     rng = ctx.rng
     d = len(EIGENVALUES)
@@ -65,7 +68,7 @@ def mc_moments(ctx):
             break
     a = W @ Sigma @ W @ mu
     a *= 1.0 / np.linalg.norm(a)                         # the halved-term control at full size
-    total = ctx.pick(quick=2_000_000, full=20_000_000)
+    total = ctx.setting("samples")
     L = np.linalg.cholesky(Sigma)
     iu = np.triu_indices(d)                              # the 6 distinct entries of x x^T
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.tasks.random_walk import anisotropic_covariance, sample_walks
 
 TOL_GRAD = 1e-9
@@ -43,7 +44,11 @@ def _rel(a, b):
        refutes={"Bao et al. 2024, eq. 3 (and App. B.1, lines 4-5)":
                 "The QK-gradient is printed without the matrix P = X^T W_V^T W_F^T W_F W_V X in its "
                 "first two terms; with P restored it equals autograd of the clipped-linear model "
-                "(the printed form is off by O(1))."})
+                "(the printed form is off by O(1))."},
+       settings=[Setting("d", "int", quick=6, full=6, low=2, high=64, doc="token dimension d (lambda = sqrt(d))"),
+                 Setting("T", "int", quick=9, full=9, low=2, high=256, doc="sequence length T"),
+                 Setting("samples", "int", quick=20, full=200, low=1, high=10**5,
+                         doc="random (Sigma, W_QK, W_V, W_F) instances, 16 walks each")])
 def eq3_autograd(ctx):
     import torch
 
@@ -55,8 +60,8 @@ def eq3_autograd(ctx):
     )
 
     rng = ctx.rng
-    d, T = 6, 9
-    instances = ctx.pick(quick=20, full=200)
+    d, T = ctx.setting("d"), ctx.setting("T")
+    instances = ctx.setting("samples")
     per = 16
     lam = np.sqrt(d)
     rel_c, rel_p, rel_t, rel_exp, fractions = [], [], [], [], []

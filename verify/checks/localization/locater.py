@@ -12,6 +12,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.settings import Setting
 
 
 # =====================================================================================
@@ -19,12 +20,14 @@ from verify import Control, Outcome, check
        covers=["localization.locater.regulariser", "localization.locater.grad_query",
                "localization.locater.grad_key"],
        decides=["localization.locater.grad_query", "localization.locater.grad_key"],
-       method="torch", title="LOCATER regulariser and its gradients vs autograd")
+       method="torch", title="LOCATER regulariser and its gradients vs autograd",
+       settings=[Setting("samples", "int", quick=50, full=500, low=1, high=10**6,
+                         doc="random (d, W_Q, W_K, kappa) draws")])
 def locater_autograd(ctx):
     import torch
 
     rng = ctx.rng
-    draws = ctx.pick(quick=50, full=500)
+    draws = ctx.setting("samples")
     R, gq, gk = (theory.get(f"localization.locater.{n}") for n in ("regulariser", "grad_query", "grad_key"))
     err, err_pq, err_pk, gap_pq, gap_pk = [], [], [], [], []
     for _ in range(draws):

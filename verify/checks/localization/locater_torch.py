@@ -43,6 +43,7 @@ from verify.models.localization import BATCH, LR, SIGMA_OBS
 from verify.models.localization import D_MODEL as D
 from verify.models.localization import T_SEQ as T_LEN
 from verify.models.localization import train_language_model as train
+from verify.settings import Setting
 
 KAPPA1, KAPPA2 = 1.0, 10.0
 VAR_RATIO, TRACE_GAP = 0.25, 0.25
@@ -87,13 +88,17 @@ def _figures(runs, layers):
 
 
 @check("localization.locater.torch_training", aliases=["localization.torch.locater"], covers=[], method="torch",
-       title="Self-attention LM with and without LOCATER: eigenspectrum, entropy, rho (qualitative)")
+       title="Self-attention LM with and without LOCATER: eigenspectrum, entropy, rho (qualitative)",
+       settings=[Setting("L", "ints", quick=(1,), full=(1, 3), low=1, high=12,
+                         doc="layer counts (three training runs each)"),
+                 Setting("steps", "int", quick=400, full=3000, low=1, high=10**6, doc="training steps per run"),
+                 Setting("batch", "int", quick=32, full=BATCH, low=1, high=10**5, doc="sequences per batch")])
 def locater_training(ctx):
     import torch
 
-    layer_set = ctx.pick(quick=(1,), full=(1, 3))
-    steps = ctx.pick(quick=400, full=3000)
-    batch = ctx.pick(quick=32, full=BATCH)
+    layer_set = ctx.setting("L")
+    steps = ctx.setting("steps")
+    batch = ctx.setting("batch")
     every = ctx.pick(quick=10, full=50)
     device = ctx.device
     details, figures, discs, ctrls = {}, {}, [], []

@@ -12,6 +12,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.stats import batch_mean, z_threshold
 from verify.stats import evaluate as _cf
 from verify.tasks.random_walk import anisotropic_covariance, iter_walks, symmetric_qk, traces
@@ -26,11 +27,15 @@ _LEMMA4 = ("localization.random_walk.quadratic_mean", "localization.random_walk.
 
 @check("localization.random_walk.mc_lemma4",
        covers=list(_LEMMA4), decides=list(_LEMMA4), method="monte_carlo",
-       title="Monte Carlo of the random-walk moments of Lemma 4 (eqs. 15-18) and eq. 22")
+       title="Monte Carlo of the random-walk moments of Lemma 4 (eqs. 15-18) and eq. 22",
+       settings=[Setting("T", "int", quick=8, full=8, low=6, high=500,
+                         doc="sequence length T (positions i, k = 2, 5; d = 3)"),
+                 Setting("samples", "int", quick=400_000, full=4_000_000, low=1000, high=10**9,
+                         doc="sampled random walks")])
 def mc_lemma4(ctx):
     rng = ctx.rng
-    d, T, i, k = 3, 8, 2, 5
-    total = ctx.pick(quick=400_000, full=4_000_000)
+    d, T, i, k = 3, ctx.setting("T"), 2, 5
+    total = ctx.setting("samples")
     # printed eq. 15 differs from eq. 15 by tr W, which an indefinite W can make vanish (expected z of
     # that control 1.2 at one of 200 seeds): draw (Sigma, W) until |tr W| >= sqrt(tr W^2)/2, which
     # keeps every control's expected z >= 66 over the same 200 seeds

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 
 
@@ -21,12 +22,14 @@ from verify.stats import evaluate as _cf
        covers=["localization.softmax.value_at_origin", "localization.softmax.jacobian_diagonal",
                "localization.softmax.jacobian_offdiagonal"],
        method="high_precision",
-       title="Softmax value and Jacobian at the origin vs central differences of the real softmax")
+       title="Softmax value and Jacobian at the origin vs central differences of the real softmax",
+       settings=[Setting("T", "ints", quick=(2, 5, 40), full=(2, 3, 5, 10, 40, 200), low=2, high=10**5,
+                         doc="sequence lengths T (softmax over T logits)")])
 def jacobian_at_origin(ctx):
     import mpmath
 
     worst, per_T, sel_expected = 0.0, {}, 0.0
-    lengths = ctx.pick(quick=(2, 5, 40), full=(2, 3, 5, 10, 40, 200))
+    lengths = ctx.setting("T")
     h = mpmath.mpf("1e-20")
     with mpmath.workdps(60):
         for T in lengths:

@@ -31,6 +31,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.stats import batch_mean, z_threshold
 from verify.stats import evaluate as _cf
 from verify.tasks.random_walk import (
@@ -65,21 +66,28 @@ def _signal_moments(rng, Sigma, W, lam, T, total, chunk):
 
 
 def _moment_configs(ctx):
-    d = ctx.pick(quick=32, full=128)
-    T = ctx.pick(quick=20, full=64)
+    d = ctx.setting("d")
+    T = ctx.setting("T")
     return [("isotropic, w ~ quantiles of N(0.5, 0.1^2)", d, T, False, 0.5, 0.1),
             ("anisotropic Sigma = R^T R/d, w ~ quantiles of N(0.05, 0.05^2)", d, T, True, 0.05, 0.05),
-            ("isotropic, w ~ quantiles of N(0, 0.5^2)", ctx.pick(quick=8, full=32), T, False, 0.0, 0.5)]
+            ("isotropic, w ~ quantiles of N(0, 0.5^2)", ctx.setting("d_small"), T, False, 0.0, 0.5)]
 
 
 @check("localization.u.mc_moments",
        covers=["localization.u.mean", "localization.u.variance", "localization.u.variance_limit"],
        decides=["localization.u.variance_limit"],
        method="monte_carlo",
-       title="Monte Carlo mean and variance of u_i over random walks vs the exact finite-T Lemma 1")
+       title="Monte Carlo mean and variance of u_i over random walks vs the exact finite-T Lemma 1",
+       settings=[Setting("d", "int", quick=32, full=128, low=1, high=4096,
+                         doc="token dimension d of the first two configurations (lambda = sqrt(d))"),
+                 Setting("d_small", "int", quick=8, full=32, low=1, high=4096,
+                         doc="token dimension d of the third (zero-mean spectrum) configuration"),
+                 Setting("T", "int", quick=20, full=64, low=2, high=2000, doc="sequence length T"),
+                 Setting("samples", "int", quick=40_000, full=200_000, low=1000, high=10**8,
+                         doc="random walks per configuration")])
 def mc_moments(ctx):
     rng = ctx.rng
-    total = ctx.pick(quick=40_000, full=200_000)
+    total = ctx.setting("samples")
     chunk = ctx.pick(quick=4096, full=1024)
     z_mean, z_var, z_printed, z_selector, details = [], [], [], [], {}
     e_printed, e_selector = [], []  # expected z of the controls: |wrong - true| / SE

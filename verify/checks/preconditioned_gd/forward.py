@@ -31,10 +31,15 @@ import itertools
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.stats import rel_max as _rel
 
 #: Relative round-off tolerance of the exact forward identities (see each criterion).
 ROUNDOFF_RTOL = 1e-12
+
+#: The sizes of every check here (exact identities on sampled prompts).
+_SETTINGS = [Setting("n", "int", quick=20, full=20, low=1, high=100, doc="context examples n"),
+             Setting("samples", "int", quick=500, full=50_000, low=1, high=10**5, doc="sampled prompts")]
 
 
 def _setup(ctx, n: int, batch: int):
@@ -61,7 +66,8 @@ def _random_layers(rng, L: int, d: int, scale: float) -> np.ndarray:
                 "The forward pass of the layers as defined (eqs. 2-4, 8) is preconditioned GD with "
                 "A_l^T, not A_l; the two agree only for symmetric A_l (true at every critical point "
                 "the paper discusses). The proof also writes x^(n+1)T A_k x^(j) the wrong way round "
-                "and carries a spurious 1/n."})
+                "and carries a spurious 1/n."},
+       settings=_SETTINGS)
 def lemma1_gd(ctx):
     """Lemma 1 (App. C.1) with the transpose correction.
 
@@ -73,7 +79,7 @@ def lemma1_gd(ctx):
     """
     from verify.models.linear_transformer import preconditioned_gd, predict, sparse_layers
 
-    n, batch = ctx.pick(quick=(20, 500), full=(20, 50000))
+    n, batch = ctx.setting("n"), ctx.setting("samples")
     Sigma, prompts = _setup(ctx, n, batch)
     d = prompts.d
     # A_l = Sigma^{-1/2} R_l Sigma^{-1/2} with random R_l: A_l S is O(1) along every
@@ -132,7 +138,8 @@ def lemma1_gd(ctx):
 # Single-layer reduction (App. A.1)
 # =====================================================================================
 @check("preconditioned_gd.forward.single_layer_reduction", covers=[], method="monte_carlo",
-       title="App. A.1: one layer's output is b^T G A x_q; other blocks of P, Q are irrelevant")
+       title="App. A.1: one layer's output is b^T G A x_q; other blocks of P, Q are irrelevant",
+       settings=_SETTINGS)
 def single_layer_reduction(ctx):
     """Eqs. 14-15: ``[Z_1]_{d+1,n+1} = b^T G A x_q``.
 
@@ -144,7 +151,7 @@ def single_layer_reduction(ctx):
     """
     from verify.models.linear_transformer import forward
 
-    n, batch = ctx.pick(quick=(20, 500), full=(20, 50000))
+    n, batch = ctx.setting("n"), ctx.setting("samples")
     Sigma, prompts = _setup(ctx, n, batch)
     d = prompts.d
     Z0 = prompts.tokens()
@@ -199,7 +206,8 @@ def single_layer_reduction(ctx):
 # Lemmas 5 and 6 (App. C.2)
 # =====================================================================================
 @check("preconditioned_gd.forward.lemmas_5_6", covers=[], method="monte_carlo",
-       title="App. C.2, Lemmas 5-6 and eq. 25: the query label enters additively")
+       title="App. C.2, Lemmas 5-6 and eq. 25: the query label enters additively",
+       settings=_SETTINGS)
 def lemmas_5_6(ctx):
     """Lemmas 5, 6 and eq. 25 under the general form (eq. 11), L = 3.
 
@@ -212,7 +220,7 @@ def lemmas_5_6(ctx):
     """
     from verify.models.linear_transformer import forward, general_layers, sparse_layers
 
-    n, batch = ctx.pick(quick=(20, 500), full=(20, 50000))
+    n, batch = ctx.setting("n"), ctx.setting("samples")
     Sigma, prompts = _setup(ctx, n, batch)
     d, L = prompts.d, 3
     rng = ctx.rng
@@ -282,7 +290,8 @@ def lemmas_5_6(ctx):
 # Lemma 4 (App. B.4)
 # =====================================================================================
 @check("preconditioned_gd.forward.lemma4_permutation", covers=[], method="monte_carlo",
-       title="Lemma 4: on A_l = a_l Sigma^{-1} the output is invariant under permuting a_l")
+       title="Lemma 4: on A_l = a_l Sigma^{-1} the output is invariant under permuting a_l",
+       settings=_SETTINGS)
 def lemma4_permutation(ctx):
     """Lemma 4 (App. B.4): on the set ``A_l = a_l Sigma^{-1}`` the layers commute.
 
@@ -293,7 +302,7 @@ def lemma4_permutation(ctx):
     """
     from verify.models.linear_transformer import predict, sparse_layers
 
-    n, batch = ctx.pick(quick=(20, 500), full=(20, 50000))
+    n, batch = ctx.setting("n"), ctx.setting("samples")
     Sigma, prompts = _setup(ctx, n, batch)
     d = prompts.d
     Z0 = prompts.tokens()

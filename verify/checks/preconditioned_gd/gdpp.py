@@ -25,6 +25,7 @@ from verify.models.linear_transformer_monte_carlo import (
     mc_transformer_loss,
     per_prompt_gradients,
 )
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 from verify.stats import z_threshold
 from verify.tasks.preconditioned_gd import distorted_covariance
@@ -32,7 +33,9 @@ from verify.tasks.preconditioned_gd import distorted_covariance
 
 # -- (d) Theorem 4: GD++ on {A_l = a_l Sigma^{-1}, B_l = b_l I} --------------------------------
 @check("preconditioned_gd.gdpp.mc_gradient_structure", covers=[GDPP], method="torch",
-       title="GD++ on S: grad_A proportional to Sigma, grad_B to I (Theorem 4); loss vs the exact polynomial")
+       title="GD++ on S: grad_A proportional to Sigma, grad_B to I (Theorem 4); loss vs the exact polynomial",
+       settings=[Setting("samples", "int", quick=100_000, full=1_000_000, low=1000, high=10**8,
+                         doc="sampled prompts (per-prompt autograd gradients)")])
 def gdpp_gradient_structure(ctx):
     """At a random point of Theorem 4's set (:data:`GDPP_BOX`): the entries of ``grad_(A_l)``
     orthogonal to Sigma and of ``grad_(B_l)`` orthogonal to I vanish, and the Monte Carlo loss
@@ -50,7 +53,7 @@ def gdpp_gradient_structure(ctx):
     z are at least 117, 70 and 1894 against the threshold 5.73.
     """
     n, d, L = N_PAPER, D_PAPER, 2
-    total = ctx.pick(quick=100_000, full=1_000_000)
+    total = ctx.setting("samples")
     Sigma = distorted_covariance(ctx.rng)
     Si, I = np.linalg.inv(Sigma), np.eye(d)
     a = -ctx.rng.uniform(GDPP_BOX["a_low"], GDPP_BOX["a_high"])  # eq. 11: descent needs a_l < 0
@@ -110,7 +113,11 @@ def gdpp_gradient_structure(ctx):
 # -- (e) GD++ inside the full parametrisation ------------------------------------------------
 @check("preconditioned_gd.gdpp.mc_gradient_full", covers=[GDPP, OPT_LOSS], method="torch",
        title="Full (P, Q): GD++ critical points (Theorem 4, L = 2) are not critical for every "
-             "entry (label-label attention [Q_l]_{d+1,d+1}); Theorem 1's optimum (L = 1) is")
+             "entry (label-label attention [Q_l]_{d+1,d+1}); Theorem 1's optimum (L = 1) is",
+       settings=[Setting("samples", "int", quick=100_000, full=1_000_000, low=1000, high=10**8,
+                         doc="sampled prompts per evaluated point"),
+                 Setting("global_minimum", "bool", quick=False, full=True,
+                         doc="also evaluate (report, not test) the heavy-tailed global minimum")])
 def gdpp_gradient_full(ctx):
     """Per-prompt autograd gradients w.r.t. **every** entry of ``P_l, Q_l`` (full
     parametrisation, float64) at the local minima of the ``L = 2`` GD++ loss.
@@ -142,14 +149,14 @@ def gdpp_gradient_full(ctx):
     form-(11) entries.
     """
     n, d = N_PAPER, D_PAPER
-    total = ctx.pick(quick=100_000, full=1_000_000)
+    total = ctx.setting("samples")
     Sigma = distorted_covariance(ctx.rng)
     Si = np.linalg.inv(Sigma)
     minima = gdpp_minima(n, d)
     if len(minima) < 2:
         raise RuntimeError(f"expected two local minima of the L = 2 GD++ loss, found {minima}")
 
-    names = ("global minimum", "second minimum")[ctx.pick(quick=1, full=0):]
+    names = ("global minimum", "second minimum")[0 if ctx.setting("global_minimum") else 1:]
     per_min = [full_gradient_z(ctx, Sigma, n, a, b, total) for a, b, _ in minima[2 - len(names):2]]
     a2, b2, _ = minima[1]
     pert = full_gradient_z(ctx, Sigma, n, a2 * np.array([1.0, 1.2]), b2, total)

@@ -19,6 +19,7 @@ from verify.models.preconditioned_gd_training import (
     loss_trajectory,
     stopped_outcome,
 )
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 from verify.stats import z_threshold
 
@@ -52,7 +53,16 @@ GDPP_DTYPE = {"quick": "float64", "full": "float32"}
        covers=["preconditioned_gd.gdpp.loss", "preconditioned_gd.multi_layer.optimal_loss"],
        method="torch", needs=("torch",),
        title="Theorem 4 / Figs. 3-5: Adam on the GD++ transformer (eq. 11) drives B_l to "
-             "multiples of I and beats preconditioned GD")
+             "multiples of I and beats preconditioned GD",
+       settings=[Setting("L", "int", quick=2, full=3, low=1, high=8, doc="layers L"),
+                 Setting("steps", "int", quick=GDPP_QUICK["steps"], full=GDPP_FULL["steps"], low=1, high=10**6,
+                         doc="optimiser steps"),
+                 Setting("batch", "int", quick=GDPP_QUICK["batch"], full=GDPP_FULL["batch"], low=1, high=10**6,
+                         doc="prompts per training batch"),
+                 Setting("lr", "float", quick=GDPP_QUICK["lr"], full=GDPP_FULL["lr"], low=1e-6, high=10.0,
+                         doc="initial learning rate (halved on the profile's schedule)"),
+                 Setting("samples", "int", quick=30_000, full=1_000_000, low=1000, high=10**8,
+                         doc="held-out prompts of the Monte Carlo evaluation")])
 def theorem4_gdpp(ctx):
     """Train the general parametrisation (eq. 11) and look for the GD++ structure.
 
@@ -80,10 +90,11 @@ def theorem4_gdpp(ctx):
     from verify.models.preconditioned_gd_full import gdpp_run_statistics, train_gdpp
 
     n, d = N_CONTEXT, DIM
-    L = ctx.pick(quick=2, full=3)
-    settings = ctx.pick(quick=GDPP_QUICK, full=GDPP_FULL)
+    L = ctx.setting("L")
+    settings = dict(ctx.pick(quick=GDPP_QUICK, full=GDPP_FULL), steps=ctx.setting("steps"),
+                    batch=ctx.setting("batch"), lr=ctx.setting("lr"))
     tol = GDPP_TOL[ctx.profile]
-    total = ctx.pick(quick=30_000, full=1_000_000)
+    total = ctx.setting("samples")
     Sigma = experiment_covariance(ctx)
     Sinv = np.linalg.inv(Sigma)
     a_sparse = np.asarray(_cf("preconditioned_gd.multi_layer.optimal_steps", n=n, d=d, L=L),

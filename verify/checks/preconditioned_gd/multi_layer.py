@@ -52,6 +52,7 @@ from verify.models.linear_transformer_monte_carlo import (
     per_prompt_gradients,
     planar_moments,
 )
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 from verify.stats import z_threshold
 from verify.tasks.preconditioned_gd import Prompts, distorted_covariance, sample_prompts
@@ -122,10 +123,12 @@ def _whitened_spectra(S: np.ndarray, Sigma: np.ndarray) -> np.ndarray:
 
 
 @check("preconditioned_gd.multi_layer.spectral_reduction", covers=[LOSS], method="monte_carlo",
-       title="Per context, the transformer's conditional loss on S is sum_k r(s_k)^2 (Sigma drops out)")
+       title="Per context, the transformer's conditional loss on S is sum_k r(s_k)^2 (Sigma drops out)",
+       settings=[Setting("contexts", "int", quick=400, full=4000, low=1, high=10**6,
+                         doc="sampled contexts (each probed exactly)")])
 def spectral_reduction(ctx):
     n, d = N_PAPER, D_PAPER
-    B = ctx.pick(quick=400, full=4000)
+    B = ctx.setting("contexts")
     Sigma = distorted_covariance(ctx.rng)
     Si = np.linalg.inv(Sigma)
     pr = sample_prompts(ctx.rng, Sigma, n, B, task="inverse")
@@ -174,10 +177,12 @@ def spectral_reduction(ctx):
 
 
 @check("preconditioned_gd.multi_layer.mc_loss", covers=[LOSS, STEPS, OPT_LOSS], method="monte_carlo",
-       title="Loss polynomial on S vs Monte Carlo of the L-layer transformer, L = 1, 2, 3")
+       title="Loss polynomial on S vs Monte Carlo of the L-layer transformer, L = 1, 2, 3",
+       settings=[Setting("samples", "int", quick=100_000, full=2_000_000, low=1000, high=10**9,
+                         doc="sampled prompts per case")])
 def mc_loss(ctx):
     n, d = N_PAPER, D_PAPER
-    total = ctx.pick(quick=100_000, full=2_000_000)
+    total = ctx.setting("samples")
     Sigma = distorted_covariance(ctx.rng)
     Si = np.linalg.inv(Sigma)
     a_opt = _cf(STEPS, n=n, d=d, L=3)
@@ -303,10 +308,12 @@ def steps_are_kernel_roots(ctx):
 
 
 @check("preconditioned_gd.multi_layer.mc_gradient", covers=[GRAD, STEPS], method="torch",
-       title="Autograd gradient w.r.t. the full A_l: g_l Sigma on S, zero at the optimal steps")
+       title="Autograd gradient w.r.t. the full A_l: g_l Sigma on S, zero at the optimal steps",
+       settings=[Setting("samples", "int", quick=100_000, full=1_000_000, low=1000, high=10**8,
+                         doc="sampled prompts per point (per-prompt autograd gradients)")])
 def mc_gradient(ctx):
     n, d, L = N_PAPER, D_PAPER, 3
-    total = ctx.pick(quick=100_000, full=1_000_000)
+    total = ctx.setting("samples")
     Sigma = distorted_covariance(ctx.rng)
     Si = np.linalg.inv(Sigma)
     a_rand = ctx.rng.uniform(0.3, 1.2, L)

@@ -43,6 +43,7 @@ from verify.models.preconditioned_gd_training import (
     paired_loss,
     stopped_outcome,
 )
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 from verify.stats import z_threshold
 
@@ -69,7 +70,16 @@ SPARSE_TOL = {"quick": (0.15, 0.10, 0.15), "full": (0.03, 0.02, 0.03)}
                "preconditioned_gd.multi_layer.optimal_loss"],
        method="torch", needs=("torch",),
        title="Theorem 3 / Figs. 1-2: Adam on the sparse L-layer transformer learns "
-             "A_l = a_l Sigma^{-1} with the optimal steps")
+             "A_l = a_l Sigma^{-1} with the optimal steps",
+       settings=[Setting("L", "ints", quick=(2,), full=(1, 2, 3), low=1, high=8, doc="layer counts L (one run each)"),
+                 Setting("steps", "int", quick=SPARSE_QUICK["steps"], full=SPARSE_FULL["steps"], low=1, high=10**6,
+                         doc="optimiser steps per run"),
+                 Setting("batch", "int", quick=SPARSE_QUICK["batch"], full=SPARSE_FULL["batch"], low=1, high=10**6,
+                         doc="prompts per training batch"),
+                 Setting("lr", "float", quick=SPARSE_QUICK["lr"], full=SPARSE_FULL["lr"], low=1e-6, high=10.0,
+                         doc="initial learning rate (halved on the profile's schedule)"),
+                 Setting("samples", "int", quick=50_000, full=1_000_000, low=1000, high=10**8,
+                         doc="held-out prompts of the Monte Carlo evaluation per L")])
 def theorem3_sparse(ctx):
     """Train the sparse (eq. 8) transformer and compare with the optimum on ``S``.
 
@@ -85,10 +95,11 @@ def theorem3_sparse(ctx):
     from verify.models.preconditioned_gd_training import sparse_figures, sparse_run_statistics, train_sparse
 
     n, d = N_CONTEXT, DIM
-    Ls = ctx.pick(quick=(2,), full=(1, 2, 3))
-    settings = ctx.pick(quick=SPARSE_QUICK, full=SPARSE_FULL)
+    Ls = ctx.setting("L")
+    settings = dict(ctx.pick(quick=SPARSE_QUICK, full=SPARSE_FULL), steps=ctx.setting("steps"),
+                    batch=ctx.setting("batch"), lr=ctx.setting("lr"))
     tol_dist, tol_steps, tol_excess = SPARSE_TOL[ctx.profile]
-    total = ctx.pick(quick=50_000, full=1_000_000)
+    total = ctx.setting("samples")
     Sigma = experiment_covariance(ctx)
     Sinv = np.linalg.inv(Sigma)
     z_crit = z_threshold(2 * len(Ls))
@@ -237,7 +248,9 @@ FULL_ML_FULL_NOTE = "Full: from N(0, 0.01^2) on every entry, float32, compiled l
        covers=["preconditioned_gd.gdpp.loss", "preconditioned_gd.multi_layer.optimal_loss"],
        method="torch", needs=("torch",),
        title="L = 2, 3 with every entry of P_l, Q_l trained: Adam lands on Theorem 4's set "
-             "(A_l = a_l Sigma^{-1}, B_l = b_l I) at the GD++ optimum")
+             "(A_l = a_l Sigma^{-1}, B_l = b_l I) at the GD++ optimum",
+       settings=[Setting("samples", "int", quick=50_000, full=1_000_000, low=1000, high=10**8,
+                         doc="held-out prompts of the Monte Carlo evaluation per L")])
 def full_multilayer(ctx):
     """Train full ``(d+1) x (d+1)`` matrices ``P_l, Q_l`` (nothing fixed, no block structure).
 
@@ -277,7 +290,7 @@ def full_multilayer(ctx):
     settings_L = ctx.pick(quick=FULL_ML_QUICK, full=FULL_ML_FULL)
     Ls = tuple(settings_L)
     tol_dist_L, tol_ab, tol_excess = FULL_ML_TOL[ctx.profile]
-    total = ctx.pick(quick=50_000, full=1_000_000)
+    total = ctx.setting("samples")
     Sigma = experiment_covariance(ctx)
     minima = gdpp_minima(n, d)
     (a_gd, b_gd, f_gd), (a_2nd, b_2nd, _) = minima[0], minima[1]

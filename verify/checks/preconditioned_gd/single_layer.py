@@ -41,6 +41,7 @@ from verify.tasks.lifted_least_squares import (
     lifted_features,
     predict_sparse,
 )
+from verify.settings import Setting
 from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance, sample_prompts
 
 TOPIC = "preconditioned_gd.single_layer"
@@ -60,7 +61,9 @@ SMALL_EIGENVALUES = (2.0, 0.5, 0.1)
                f"{TOPIC}.optimal_preconditioner_isotropic"],
        method="monte_carlo",
        title="Theorem 1 by Monte Carlo of the single-layer forward pass: the loss at Gamma* (eq. 6) "
-             "equals f*, and plain GD and Sigma^{-1} preconditioning lose by the exact gap")
+             "equals f*, and plain GD and Sigma^{-1} preconditioning lose by the exact gap",
+       settings=[Setting("samples", "int", quick=200_000, full=2_000_000, low=1000, high=10**9,
+                         doc="sampled prompts per configuration")])
 def mc_optimum(ctx):
     rng = ctx.rng
     loss = theory.get(f"{TOPIC}.loss")
@@ -69,7 +72,7 @@ def mc_optimum(ctx):
         ("anisotropic, d=3, n=4", distorted_covariance(rng, SMALL_EIGENVALUES), 4),
         ("isotropic (eq. 7), d=3, n=4", np.eye(3), 4),
     ]
-    total = ctx.pick(quick=200_000, full=2_000_000)
+    total = ctx.setting("samples")
     zs, controls, per = [], [], {}
     forward_vs_reduced = 0.0
     for name, Sigma, n in configs:
@@ -130,10 +133,14 @@ def mc_optimum(ctx):
        covers=[f"{TOPIC}.loss", f"{TOPIC}.optimal_preconditioner"],
        method="monte_carlo",
        title="Paired Monte Carlo: f(Gamma* + Delta) - f(Gamma*) = tr(Sigma Delta^T E[S^2] Delta) for "
-             "non-symmetric Delta (not the transposed tr(Sigma Delta E[S^2] Delta^T))")
+             "non-symmetric Delta (not the transposed tr(Sigma Delta E[S^2] Delta^T))",
+       settings=[Setting("n", "int", quick=4, full=4, low=1, high=10_000,
+                         doc="context examples n (d = 3, spectrum SMALL_EIGENVALUES)"),
+                 Setting("samples", "int", quick=300_000, full=3_000_000, low=1000, high=10**9,
+                         doc="sampled prompts")])
 def mc_perturbation(ctx):
     rng = ctx.rng
-    d, n = 3, 4
+    d, n = 3, ctx.setting("n")
     lam = np.array(SMALL_EIGENVALUES)
     V = random_orthogonal(rng, d)  # columns: eigenvectors for lam (descending)
     Sigma = V @ np.diag(lam) @ V.T
@@ -147,7 +154,7 @@ def mc_perturbation(ctx):
         "rank one e_large e_small^T": 0.5 * np.outer(V[:, 0], V[:, 2]),
         "rank one e_small e_large^T": 0.5 * np.outer(V[:, 2], V[:, 0]),
     }
-    total = ctx.pick(quick=300_000, full=3_000_000)
+    total = ctx.setting("samples")
     est = batch_mean()
     for k in chunks(total, CHUNK):
         pr = sample_prompts(rng, Sigma, n, k)
@@ -183,10 +190,14 @@ def mc_perturbation(ctx):
        covers=[f"{TOPIC}.optimal_preconditioner", f"{TOPIC}.optimal_loss"],
        method="monte_carlo",
        title="No single-layer (P, Q) beats Gamma*: least squares of y_q on every feature G_kl x_q[j] "
-             "recovers h^T Gamma* x_q, and its held-out loss is not below f*")
+             "recovers h^T Gamma* x_q, and its held-out loss is not below f*",
+       settings=[Setting("config", "choice", quick="small", full="experiment", choices=("small", "experiment"),
+                         doc="prompt distribution: small (d = 3, n = 4) or experiment (d = 5, n = 20)"),
+                 Setting("samples", "int", quick=300_000, full=2_000_000, low=1000, high=10**9,
+                         doc="training prompts for the least squares (and as many held out)")])
 def lifted_least_squares(ctx):
     rng = ctx.rng
-    if ctx.profile == "full":
+    if ctx.setting("config") == "experiment":
         Sigma, n = distorted_covariance(rng, EXPERIMENT_EIGENVALUES), 20
     else:
         Sigma, n = distorted_covariance(rng, SMALL_EIGENVALUES), 4
@@ -197,7 +208,7 @@ def lifted_least_squares(ctx):
     hyp = {"Gamma*": gamma_coefficients(G),
            "Sigma^-1 (n -> inf)": gamma_coefficients(Sinv),
            "n/(n+d+1) Sigma^-1 (Theorem-3 model)": gamma_coefficients(n / (n + d + 1) * Sinv)}
-    train = ctx.pick(quick=300_000, full=2_000_000)
+    train = ctx.setting("samples")
     ls = SandwichLS(hyp)
     for k in chunks(train, 25_000):
         pr = sample_prompts(rng, Sigma, n, k)
@@ -247,12 +258,14 @@ def lifted_least_squares(ctx):
        covers=[f"{TOPIC}.optimal_preconditioner_inverse_task", f"{TOPIC}.optimal_loss_inverse_task"],
        method="monte_carlo",
        title="One layer under w* ~ N(0, Sigma^{-1}): the loss at n/(n+d+1) Sigma^{-1} is d(d+1)/(n+d+1), "
-             "and Theorem 1's preconditioner (with its tr Sigma ridge) is worse")
+             "and Theorem 1's preconditioner (with its tr Sigma ridge) is worse",
+       settings=[Setting("samples", "int", quick=200_000, full=2_000_000, low=1000, high=10**9,
+                         doc="sampled prompts per configuration")])
 def mc_inverse_task(ctx):
     rng = ctx.rng
     configs = [(distorted_covariance(rng, EXPERIMENT_EIGENVALUES), 20),
                (distorted_covariance(rng, SMALL_EIGENVALUES), 4)]
-    total = ctx.pick(quick=200_000, full=2_000_000)
+    total = ctx.setting("samples")
     zs, controls, per = [], [], []
     for Sigma, n in configs:
         d = Sigma.shape[0]

@@ -22,6 +22,7 @@ from verify.models.preconditioned_gd_training import (
     stopped_outcome,
     window_mean,
 )
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 from verify.stats import z_threshold
 
@@ -50,7 +51,15 @@ def _weighted_err(G, G_ref, Sh) -> float:
                "preconditioned_gd.single_layer.optimal_loss_inverse_task"],
        method="torch", needs=("torch",),
        title="One layer, every entry of P, Q trained: the effective preconditioner is "
-             "n/(n+d+1) Sigma^{-1}")
+             "n/(n+d+1) Sigma^{-1}",
+       settings=[Setting("steps", "int", quick=FULL_QUICK["steps"], full=FULL_FULL["steps"], low=1, high=10**6,
+                         doc="optimiser steps"),
+                 Setting("batch", "int", quick=FULL_QUICK["batch"], full=FULL_FULL["batch"], low=1, high=10**6,
+                         doc="prompts per training batch"),
+                 Setting("lr", "float", quick=FULL_QUICK["lr"], full=FULL_FULL["lr"], low=1e-6, high=10.0,
+                         doc="initial learning rate (halved on the profile's schedule)"),
+                 Setting("samples", "int", quick=50_000, full=1_000_000, low=1000, high=10**8,
+                         doc="held-out prompts of the Monte Carlo evaluation")])
 def theorem3_full(ctx):
     """Train one layer with full ``(d+1) x (d+1)`` matrices ``P, Q``.
 
@@ -65,9 +74,10 @@ def theorem3_full(ctx):
     from verify.models.linear_transformer import LinearTransformer, dist_to_identity, sparse_layers, train_adam
 
     n, d = N_CONTEXT, DIM
-    settings = ctx.pick(quick=FULL_QUICK, full=FULL_FULL)
+    settings = dict(ctx.pick(quick=FULL_QUICK, full=FULL_FULL), steps=ctx.setting("steps"),
+                    batch=ctx.setting("batch"), lr=ctx.setting("lr"))
     tol_pre, tol_excess, tol_off = FULL_TOL[ctx.profile]
-    total = ctx.pick(quick=50_000, full=1_000_000)
+    total = ctx.setting("samples")
     Sigma = experiment_covariance(ctx)
     Sh = sqrt_psd(Sigma, 0.5)
     gen = ctx.torch_generator(ctx.device)

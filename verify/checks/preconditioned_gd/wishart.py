@@ -12,6 +12,7 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.models.linear_transformer_monte_carlo import D_PAPER, N_PAPER, planar_moments
+from verify.settings import Setting
 from verify.stats import batch_mean, chunks, z_threshold
 from verify.stats import evaluate as _cf
 
@@ -27,10 +28,12 @@ def white_spectra(rng: np.random.Generator, n: int, d: int, batch: int) -> np.nd
 
 # -- (a) Wishart trace moments ----------------------------------------------------------
 @check("preconditioned_gd.wishart.mc_trace_moments", covers=[MOMENTS], method="monte_carlo",
-       title="Wishart trace moments E tr S_u^k, k = 1..6, against sampled white Wishart matrices")
+       title="Wishart trace moments E tr S_u^k, k = 1..6, against sampled white Wishart matrices",
+       settings=[Setting("samples", "int", quick=200_000, full=4_000_000, low=1000, high=10**9,
+                         doc="sampled Wishart matrices per (n, d)")])
 def mc_trace_moments(ctx):
     configs = [(4, 3), (N_PAPER, D_PAPER), (2, 6)]  # small n; the paper's sizes; rank-deficient n < d
-    total = ctx.pick(quick=200_000, full=4_000_000)
+    total = ctx.setting("samples")
     k = np.arange(1, 7)
     per, zs, z_m3, z_planar = {}, [], [], []
     e_m3, e_planar = [], []  # expected control z: |wrong - true closed form| / measured s.e.

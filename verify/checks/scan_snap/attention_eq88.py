@@ -30,6 +30,7 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.flows.scan_snap import beta_eq88, eq88_trial, theorem1_coefficients, weak_attention
+from verify.settings import Setting
 
 EPS = np.finfo(float).eps
 
@@ -42,7 +43,9 @@ EPS = np.finfo(float).eps
                 "g = gamma (1 + sigma) F (I - E')(I + Theta)[q_0, .., q_1, .., q_0]^T, gives "
                 "beta_nn' = (1 + sigma)[q_1 (1 + theta_n) E'_nn' - q_0 (1 + theta_n') + q_0 sum_{k != n} "
                 "(1 + theta_k) E'_kn']. The term is O(1/M) (|q_0| = M/(M-1)^2), so it is absorbed in "
-                "delta_3 and Theorem 1 is unaffected; eq. 86 (iota_n) is right."})
+                "delta_3 and Theorem 1 is unaffected; eq. 86 (iota_n) is right."},
+       settings=[Setting("samples", "int", quick=30, full=1000, low=1, high=10**6,
+                         doc="random (F, Theta, h) trials per (M, K)")])
 def eq88_beta_sign(ctx):
     """Theorem 1's coefficients from Theorem 5's Y (eq. 70) on random weakly correlated F.
 
@@ -52,7 +55,7 @@ def eq88_beta_sign(ctx):
     in span F) divided by gamma (1 + sigma) must be iota_n (eq. 86) on f_n and -beta_nn' on f_n'.
     """
     rng = ctx.rng
-    trials = ctx.pick(quick=30, full=1000)
+    trials = ctx.setting("samples")
     err, err_printed, err_iota, resid, details = 0.0, np.inf, 0.0, 0.0, {}
     e_printed = np.inf  # expected: min |printed eq. 88 - corrected eq. 88| (closed forms)
     for M in (40, 200):

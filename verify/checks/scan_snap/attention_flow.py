@@ -23,6 +23,7 @@ from scipy.integrate import solve_ivp
 import theory
 from verify import Control, Outcome, check
 from verify.models.scan_snap import SequenceClasses, attention_velocity, population_run, single_common
+from verify.settings import Setting
 
 _RTOL, _ATOL = 1e-11, 1e-13  # solve_ivp (DOP853) tolerances used by the ODE checks
 
@@ -188,9 +189,11 @@ def _bracket(G, C0, k, eps, dlt):
                "scan_snap.speed.gamma_integral"],
        decides=["scan_snap.attention.growth"],
        title="Eq. 10 attention ODE, one common token: z_CT(t), B_n(t) vs Theorem 4 in both readings "
-             "of the class sum, within the measured hypothesis violation")
+             "of the class sum, within the measured hypothesis violation",
+       settings=[Setting("D", "int", quick=16, full=32, low=1, high=512,
+                         doc="distinct tokens per class (K = 4 classes, one common token)")])
 def attention_ode_bn(ctx):
-    K, D = 4, ctx.pick(quick=16, full=32)
+    K, D = 4, ctx.setting("D")
     classes = single_common(K, D, common_weight=1.0)
     M, eta_Y, eta_Z = classes.M, 1.0, 20.0
     m = classes.psi[0]
@@ -361,11 +364,13 @@ def _sign_violations(classes, run, burn):
 @check("scan_snap.attention.population_signs", aliases=["scan_snap.dynamics.population_signs"], method="exact_flow",
        covers=["scan_snap.attention.common_pair_term"],
        title="Theorem 2 in the batch-1 population model (learned decoder): DT logits rise, CT logits fall "
-             "when eta_Z << eta_Y")
+             "when eta_Z << eta_Y",
+       settings=[Setting("steps", "int", quick=4000, full=20000, low=200, high=10**7,
+                         doc="batch-1 SGD steps (after a burn-in of 10 K^2 = 160)")])
 def population_signs(ctx):
     K, D = 4, 5
     classes = single_common(K, D)
-    steps = ctx.pick(quick=4000, full=20000)
+    steps = ctx.setting("steps")
     eta_Y = 1.0
     burn = 10 * K**2  # Theorem 1's gradient form (behind Theorem 2) is stated for t >> K^2 steps
     order = ctx.rng.integers(K, size=steps)  # the same class sequence for the run and its control

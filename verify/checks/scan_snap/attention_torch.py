@@ -27,6 +27,7 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.models.scan_snap import OneLayerTransformer, dt_entropy, syn_small, train_transformer
+from verify.settings import Setting
 
 INIT_FIG6 = "zero"
 
@@ -63,11 +64,12 @@ def _freeze_time(H, frac=0.1):
 @check("scan_snap.attention.torch_scan_and_snap", aliases=["scan_snap.torch.scan_and_snap"], method="torch",
        covers=["scan_snap.speed.snap_time", "scan_snap.attention.growth", "scan_snap.attention.common_pair_term"],
        title="Fig. 4 with a real 1-layer transformer (qualitative): DT attention up, CT down, entropy "
-             "decreases then freezes; larger eta_Y freezes earlier and less sparse")
+             "decreases then freezes; larger eta_Y freezes earlier and less sparse",
+       settings=[Setting("steps", "int", quick=100, full=300, low=12, high=100_000, doc="training iterations")])
 def scan_and_snap(ctx):
     classes = syn_small()
     M, K = classes.M, classes.K
-    steps = ctx.pick(quick=100, full=300)
+    steps = ctx.setting("steps")
     runs = {}
     with _threads():
         seed = int(ctx.rng.integers(2**31))
@@ -139,7 +141,13 @@ def scan_and_snap(ctx):
 @check("scan_snap.attention.torch_fig6_trends", aliases=["scan_snap.torch.fig6_trends"],
        method="torch", covers=["scan_snap.attention.growth"],
        title="Fig. 6 trends with a real 1-layer transformer (qualitative): DT entropy falls with eta_Z, "
-             "rises with eta_Y/eta_Z")
+             "rises with eta_Y/eta_Z",
+       settings=[Setting("eta_Z", "floats", quick=(0.5, 2.0), full=(0.25, 0.5, 1.0), low=1e-3, high=100.0,
+                         doc="attention learning rates eta_Z (ascending)"),
+                 Setting("ratio", "floats", quick=(1.0, 10.0), full=(1.0, 2.0, 5.0, 10.0), low=1e-2, high=1000.0,
+                         doc="ratios eta_Y / eta_Z (ascending)"),
+                 Setting("inits", "int", quick=5, full=10, low=1, high=1000,
+                         doc="random initialisations per (eta_Z, ratio) cell (median taken)")])
 def fig6_trends(ctx):
     import torch
 
@@ -148,9 +156,9 @@ def fig6_trends(ctx):
     # far low (entropy 1.0-1.6 against ~2.08; the same initialisations at every such cell), and the
     # median over 10 of them reversed ratio 5 -> 10 at eta_Z = 2, 3 (run seed 3 of the former grid
     # eta_Z = 0.5, 1, 2, 3).
-    eta_Zs = ctx.pick(quick=[0.5, 2.0], full=[0.25, 0.5, 1.0])
-    ratios = ctx.pick(quick=[1.0, 10.0], full=[1.0, 2.0, 5.0, 10.0])
-    seeds = ctx.pick(quick=5, full=10)
+    eta_Zs = list(ctx.setting("eta_Z"))
+    ratios = list(ctx.setting("ratio"))
+    seeds = ctx.setting("inits")
     base = int(ctx.rng.integers(2**31))
     H = np.zeros((len(eta_Zs), len(ratios), seeds))
     Hf = np.zeros_like(H)  # control: attention frozen

@@ -13,6 +13,7 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.flows.scan_snap import lemma5_case
+from verify.settings import Setting
 
 
 def _get(name):
@@ -23,9 +24,11 @@ def _get(name):
 @check("scan_snap.decoder.lemma5_flow", aliases=["scan_snap.dynamics.lemma5_decoder"], method="exact_flow",
        covers=["scan_snap.decoder.label_logit", "scan_snap.decoder.alpha_correct", "scan_snap.decoder.residual",
                "scan_snap.h.discrete"],
-       title="Lemma 5: iterated single-class decoder = (M-1) h*(s) zeta_n, alpha_n(s) of eq. 32")
+       title="Lemma 5: iterated single-class decoder = (M-1) h*(s) zeta_n, alpha_n(s) of eq. 32",
+       settings=[Setting("steps", "int", quick=2000, full=20000, low=8, high=10**7,
+                         doc="decoder steps s (round-off tolerance scales with them)")])
 def lemma5_decoder(ctx):
-    steps = ctx.pick(quick=2000, full=20000)
+    steps = ctx.setting("steps")
     cases = [(30, 0.5), (1000, 0.5), (34, 2.0)]
     rows, worst_w, worst_a, worst_rec = [], 0.0, 0.0, 0.0
     ctrl_cont, ctrl_shift = np.inf, np.inf

@@ -32,6 +32,7 @@ import numpy as np
 from theory.scan_snap.h import trajectory
 from verify import Control, Outcome, check
 from verify.flows.scan_snap import h_numpy, regime_errors
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 
 EPS = np.finfo(float).eps
@@ -45,11 +46,13 @@ EPS = np.finfo(float).eps
 @check("scan_snap.h.lemma7_gap",
        covers=["scan_snap.h.discrete", "scan_snap.h.continuous", "scan_snap.h.gap_bound"],
        method="exact_flow",
-       title="h*(s) iterated exactly vs h(s): Lemma 7's 0 <= h* - h <= 2 eta_Y/M")
+       title="h*(s) iterated exactly vs h(s): Lemma 7's 0 <= h* - h <= 2 eta_Y/M",
+       settings=[Setting("S", "int", quick=100_000, full=1_000_000, low=1000, high=10**8,
+                         doc="steps S of the exact recursion h*(s), s = 0..S")])
 def lemma7_gap(ctx):
     Ms = (10, 100, 1000, 10_000)
     etas = (0.01, 0.1, 0.5, 1.0, 5.0)
-    S = ctx.pick(quick=100_000, full=1_000_000)
+    S = ctx.setting("S")
     worst_ratio, worst_low, ctrl_ratio, ctrl_low, details = 0.0, 0.0, 0.0, 0.0, {}
     for M in Ms:
         for eta in etas:
@@ -161,10 +164,12 @@ def _h_figure(M: int = 1000, eta: float = 0.5, S: int = 100_000) -> dict:
                "scan_snap.h.root_low", "scan_snap.h.root_high", "scan_snap.h.omega_0", "scan_snap.h.omega_1",
                "scan_snap.speed.scan_end", "scan_snap.speed.crossing_time"],
        method="exact_flow",
-       title="t(h(t)) = t, Lemma 9's identities, Lemma 8's roots and the crossing times to machine precision")
+       title="t(h(t)) = t, Lemma 9's identities, Lemma 8's roots and the crossing times to machine precision",
+       settings=[Setting("samples", "int", quick=200, full=5000, low=1, high=10**6,
+                         doc="random (M, eta_Y, t) points")])
 def identities(ctx):
     rng = ctx.rng
-    n = ctx.pick(quick=200, full=5000)
+    n = ctx.setting("samples")
     M = rng.integers(4, 10_001, size=n)
     eta = rng.uniform(1e-3, 10, size=n)
     t = np.exp(rng.uniform(np.log(1e-6), np.log(1e9), size=n))

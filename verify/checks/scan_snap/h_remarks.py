@@ -17,6 +17,7 @@ import numpy as np
 from theory.scan_snap.h import trajectory
 from verify import Control, Outcome, check
 from verify.flows.scan_snap import decoder_rows, equal_overlap_attention, time_shift, zeta
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 
 
@@ -28,7 +29,9 @@ from verify.stats import evaluate as _cf
                 "only for K = M (sum_n zeta_n = 0), and then w_n(N) = (M - 1) h*(N/K) zeta_n with h* "
                 "iterated at the effective rate (1 - rho) eta_Y; the printed (1 - rho)(M - 1) h*(N/K) "
                 "zeta_n (h* at eta_Y, scaled by 1 - rho) is off by O(rho) (18 % at rho = 0.2, M = K = 10 "
-                "and 30, after 500 epochs). For K < M the rows are not parallel to zeta_n."})
+                "and 30, after 500 epochs). For K < M the rows are not parallel to zeta_n."},
+       settings=[Setting("epochs", "int", quick=500, full=5000, low=1, high=10**6,
+                         doc="decoder epochs (the round-robin run takes at most 200)")])
 def remark1_effective_rate(ctx):
     """Decoder dynamics (eq. 7, equivalently eqs. 40-42) with equal overlaps rho and K = M.
 
@@ -36,7 +39,7 @@ def remark1_effective_rate(ctx):
     epoch start), where the claim is an exact identity. Also reported (not tested against a
     tolerance): batch-1 round-robin SGD, where the order within an epoch adds a small deviation.
     """
-    epochs = ctx.pick(quick=500, full=5000)
+    epochs = ctx.setting("epochs")
     cases = ((10, 0.2, 1.0), (30, 0.2, 1.0), (10, 0.1, 0.5), (30, 0.05, 0.5))
     err, err_printed, details = 0.0, np.inf, {}
     e_printed = np.inf  # expected: the printed form against the corrected one
@@ -89,7 +92,9 @@ def remark1_effective_rate(ctx):
                 "There is no fixed c = O(ln M) with h*(s) <= h(s + c) for all s > s_1: the shift "
                 "c(s) = t(h*(s)) - s grows like (1/2) ln s + C (each Euler step of eq. 33 gains "
                 "-f'(h)/2 ~ 1/(2 s) in time, f = eta_Y/((M-1) + e^{M h})), so c = O(ln M) only while "
-                "s <~ M^2; likewise h* - h ~ ((1/2) ln s + C)/(M s), not O(ln M/(M s))."})
+                "s <~ M^2; likewise h* - h ~ ((1/2) ln s + C)/(M s), not O(ln M/(M s))."},
+       settings=[Setting("S", "int", quick=10**6, full=10**7, low=10**5, high=10**8,
+                         doc="steps S of the exact recursion h*(s) (the slope is fitted over [100 t_B, S])")])
 def remark2_time_shift(ctx):
     """c(s) = t(h*(s)) - s from the exact recursion (eq. 33) and the explicit inverse t(h).
 
@@ -98,7 +103,7 @@ def remark2_time_shift(ctx):
     logarithmic stage -f'(h) = M f(h) e^{Mh}/((M-1) + e^{Mh}) -> M f ~ 1/s, so c(s) ~ (1/2) ln s.
     The slope b of c against ln s is fitted over s in [100 t_B, S] (deep in stage 2).
     """
-    S = ctx.pick(quick=10**6, full=10**7)
+    S = ctx.setting("S")
     cases = [(M, eta) for M in (10, 100, 1000) for eta in (0.1, 0.5, 1.0)]
     worst, worst_printed, details = 0.0, np.inf, {}
     for M, eta in cases:

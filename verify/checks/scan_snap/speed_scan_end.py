@@ -12,6 +12,7 @@ import mpmath
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
 
 
@@ -25,14 +26,16 @@ from verify.stats import evaluate as _cf
        refutes={"Tian et al. 2023, Lemma 9, eq. 52 (App. D.3)":
                 "The claim t_A = (M - 2 + (M - 1) ln(M - 1))/(M eta_Y) > ln M/eta_Y is false for "
                 "M = 2, 3, 4 (at M = 4, eta_Y = 1: t_A = 1.324 < ln 4 = 1.386); it holds for every M >= 5 "
-                "checked (5..1e4), so stage 1 of Lemma 9 holds on t <= K ln M/eta_Y only for M >= 5."})
+                "checked (5..1e4), so stage 1 of Lemma 9 holds on t <= K ln M/eta_Y only for M >= 5."},
+       settings=[Setting("M_max", "int", quick=10_000, full=100_000, low=20, high=10**7,
+                         doc="largest vocabulary size M tested (M = 2..M_max)")])
 def eq52_scan_end(ctx):
     """Sign of t_A - ln M/eta_Y (eta_Y = K = 1; both sides scale as K/eta_Y) for M = 2..1e4.
 
     t_A is the registered record (scan_snap.speed.scan_end) on M = 2..1e4, each sign confirmed
     at 50 digits in mpmath, with the relative margins reported against float64 round-off.
     """
-    Ms = np.arange(2, ctx.pick(quick=10_001, full=100_001))
+    Ms = np.arange(2, ctx.setting("M_max") + 1)
     tA = np.array([_cf("scan_snap.speed.scan_end", M=int(m), K=1, eta_Y=1.0) for m in Ms])
     lnM = np.log(Ms)
     holds = tA > lnM
