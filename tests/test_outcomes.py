@@ -93,10 +93,13 @@ def test_to_jsonable_makes_strict_json():
     x = {1: (np.float64(np.nan), np.int64(3), np.bool_(True)), "a": np.array([[1.0, np.inf]]),
          "t": torch.tensor(2.5), "tt": torch.tensor([1.0, -np.inf]), "o": object, "s": "x", "n": None,
          "f": -np.inf, "b": False}
-    out = to_jsonable(x)
+    flags = []
+    out = to_jsonable(x, flags)
     json.dumps(out, allow_nan=False)
-    assert out["1"] == ["nan", 3, True]
-    assert out["a"] == [[1.0, "inf"]] and out["t"] == 2.5 and out["tt"] == [1.0, "-inf"]
+    # non-finite numbers are null, and where they were and what they were is kept
+    assert out["1"] == [None, 3, True]
+    assert out["a"] == [[1.0, None]] and out["t"] == 2.5 and out["tt"] == [1.0, None]
     assert out["o"] == str(object) and out["s"] == "x" and out["n"] is None
-    assert out["f"] == "-inf" and out["b"] is False
+    assert out["f"] is None and out["b"] is False
+    assert dict(flags) == {"1[0]": "nan", "a[0][1]": "inf", "tt[1]": "-inf", "f": "-inf"}
     assert to_jsonable(MeanEstimate(np.zeros(1), np.ones(1), 2)).startswith("MeanEstimate(")
