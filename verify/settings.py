@@ -47,11 +47,9 @@ class Spectrum:
     values: tuple[float, ...] = ()
 
     def eigenvalues(self, D: int | None = None, *, trace: float | None = None) -> list[float]:
-        """D eigenvalues, descending (an explicit spectrum has its own length; ``D`` must then be
-        None or equal to it), scaled to sum to ``trace`` when given."""
+        """The eigenvalues, descending: ``D`` of them for a white or power spectrum (an explicit
+        spectrum has its own length and ignores ``D``), scaled to sum to ``trace`` when given."""
         if self.form == "values":
-            if D is not None and D != len(self.values):
-                raise ValueError(f"spectrum: {len(self.values)} eigenvalues given where D = {D}")
             lam = list(self.values)
         else:
             if D is None:

@@ -53,7 +53,7 @@ def _max_abs_z(mean, se, predicted) -> float:
 def mc_moments(ctx):
     rng = ctx.rng
     spec, N = ctx.setting("spectrum"), ctx.setting("N")
-    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    eigenvalues = spec.eigenvalues(ctx.setting("D"))
     D = len(eigenvalues)
     Lam = random_covariance(rng, eigenvalues)
     A_rand = probe_matrix(rng, Lam)

@@ -46,6 +46,15 @@ from verify.tasks.in_context_regression import random_covariance
 D, N, H, TAU = 4, 31, 8, 1.0
 #: Fig.-1 spectrum (random eigenvectors).
 SPECTRUM = (0.4, 0.3, 0.2, 0.1)
+#: The settings of the checks run at the Fig.-1 setting: spectrum (randomly rotated), D, N, H.
+FIG1_SETTINGS = (
+    Setting("spectrum", "spectrum", quick=SPECTRUM, full=SPECTRUM,
+            doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
+    Setting("D", "int", quick=D, full=D, low=1, high=64,
+            doc="token dimension for a white or power spectrum (a list fixes D)"),
+    Setting("N", "int", quick=N, full=N, low=1, high=10**6, doc="context length N"),
+    Setting("H", "int", quick=H, full=H, low=1, high=256, doc="heads H"),
+)
 #: ODE relative tolerance used throughout.
 RTOL = 1e-10
 
@@ -177,15 +186,10 @@ def flow_sigmoid_random_init(ctx):
        method="exact_flow",
        title="Eq. 54: the half-drop time grows as (tau/||Lambda^2||_F) ln(1/w_init) "
              "(non-white Lambda, aligned start)",
-       settings=[Setting("spectrum", "spectrum", quick=SPECTRUM, full=SPECTRUM,
-                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
-                 Setting("D", "int", quick=D, full=D, low=1, high=64,
-                         doc="token dimension for a white or power spectrum (a list fixes D)"),
-                 Setting("N", "int", quick=N, full=N, low=1, high=10**6, doc="context length N"),
-                 Setting("H", "int", quick=H, full=H, low=1, high=256, doc="heads H")])
+       settings=FIG1_SETTINGS)
 def plateau_slope(ctx):
     spec, N, H = ctx.setting("spectrum"), ctx.setting("N"), ctx.setting("H")
-    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    eigenvalues = spec.eigenvalues(ctx.setting("D"))
     Lam = random_covariance(ctx.rng, eigenvalues)
     mo = fm.moments(Lam, N)
     L_star = _cf("linear_attention.merged.global_min_loss", Lambda=Lam, N=N)
@@ -322,16 +326,11 @@ def conservation_and_convergence(ctx):
        method="exact_flow",
        title="Zero gradient on M_0, on the zero-output set {w2 = 0, W1 vec(Lambda^2) = 0} and "
              "on the manifold M = M* (eq. 9); G = -1/2 dL/dM",
-       settings=[Setting("spectrum", "spectrum", quick=SPECTRUM, full=SPECTRUM,
-                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
-                 Setting("D", "int", quick=D, full=D, low=1, high=64,
-                         doc="token dimension for a white or power spectrum (a list fixes D)"),
-                 Setting("N", "int", quick=N, full=N, low=1, high=10**6, doc="context length N"),
-                 Setting("H", "int", quick=H, full=H, low=1, high=256, doc="heads H")])
+       settings=FIG1_SETTINGS)
 def fixed_points(ctx):
     rng = ctx.rng
     spec, N, H = ctx.setting("spectrum"), ctx.setting("N"), ctx.setting("H")
-    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    eigenvalues = spec.eigenvalues(ctx.setting("D"))
     D = len(eigenvalues)
     Lam = random_covariance(rng, eigenvalues)
     mo = fm.moments(Lam, N)

@@ -64,7 +64,7 @@ from verify.tasks.in_context_regression import (
 def mc_global_min(ctx):
     rng = ctx.rng
     spec, N = ctx.setting("spectrum"), ctx.setting("N")
-    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    eigenvalues = spec.eigenvalues(ctx.setting("D"))
     D = len(eigenvalues)
     Lam = random_covariance(rng, eigenvalues)
     # scale 2: the 1/N term of L(M) (quadratic in M) is then >= 45 SE at every one of 150 seeds

@@ -45,7 +45,7 @@ N_MAX = 8
 def mc_plateaus(ctx):
     rng = ctx.rng
     spec, N_max = ctx.setting("spectrum"), ctx.setting("N_max")
-    eigenvalues = spec.eigenvalues(None if spec.form == "values" else ctx.setting("D"))
+    eigenvalues = spec.eigenvalues(ctx.setting("D"))
     D = len(eigenvalues)
     Lam = random_covariance(rng, eigenvalues)
     total = ctx.setting("samples")

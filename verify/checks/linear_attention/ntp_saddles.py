@@ -38,7 +38,7 @@ from verify.tasks.in_context_regression import iter_sequences, random_covariance
 def mc_saddles(ctx):
     rng = ctx.rng
     spec, N_max = ctx.setting("spectrum"), ctx.setting("N_max")
-    eigs = tuple(spec.eigenvalues(None if spec.form == "values" else ctx.setting("D")))
+    eigs = tuple(spec.eigenvalues(ctx.setting("D")))
     D = len(eigs)
     Lam = random_covariance(rng, eigs)
     nu = float(_cf("linear_attention.ntp.inv_length_mean", N_max=N_max))

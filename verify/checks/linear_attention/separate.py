@@ -114,7 +114,7 @@ def fixed_points(ctx):
 def mc_subset_loss(ctx):
     rng = ctx.rng
     spec, N = ctx.setting("spectrum"), ctx.setting("N")
-    eigs = tuple(spec.eigenvalues(None if spec.form == "values" else ctx.setting("D")))
+    eigs = tuple(spec.eigenvalues(ctx.setting("D")))
     D = len(eigs)
     Lam = random_covariance(rng, eigs)
     total = ctx.setting("samples")
