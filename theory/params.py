@@ -39,6 +39,15 @@ Kinds
     ``a_0, ..., a_{L-1}`` of L preconditioned-GD layers). Normalised to a tuple of floats;
     the closed form sees it zero-padded to length ``high`` through its ``derived`` values.
 
+Torch tensors
+    A ``torch.Tensor`` given for a ``covariance``, ``matrix``, ``vector`` or scalar parameter is
+    checked on a detached float64 copy (same rules, same messages), but what validation returns
+    is the tensor itself, so that the torch backend computes with it and autograd flows back to
+    it: a covariance given as a 1-d tensor of eigenvalues becomes ``torch.diag_embed`` of it, a
+    matrix its symmetric part ``(A + A^T) / 2``, a vector a ``(D, 1)`` view; integer tensors
+    become float64, floating ones keep their dtype and device. The numpy and mpmath backends,
+    and the ``domain`` checks of a record, see the detached values (:func:`detached_values`).
+
 Refused for every kind, naming the parameter: values that are not real numbers (booleans,
 also inside lists, where numpy would read ``True`` as 1.0; strings, also numeric ones such as
 ``"5"``; ``None``, which numpy would read as NaN; dicts, i.e. JSON objects; dates; complex
@@ -244,7 +253,10 @@ def _short(value: Any, limit: int = 80) -> str:
 
 def _covariance(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
     if _is_torch(value):
-        value = value.detach().cpu().numpy()
+        _covariance(p, _detached(value), dims)
+        t = _torch_float(value)
+        # the graph is kept: eigenvalues -> diagonal matrix, a matrix -> its symmetric part
+        return torch_diag(t) if t.ndim == 1 else 0.5 * (t + t.transpose(-1, -2))
     arr = _as_float_array(p, value)
     if arr.ndim == 1:
         if arr.size == 0:
@@ -269,7 +281,8 @@ def _covariance(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
 
 def _matrix(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
     if _is_torch(value):
-        value = value.detach().cpu().numpy()
+        _matrix(p, _detached(value), dims)
+        return _torch_float(value)
     arr = _as_float_array(p, value)
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
         raise _fail(p, f"expected a square matrix, got shape {arr.shape}")
@@ -325,8 +338,8 @@ def _int_str(n: int) -> str:
 def _real(p: Param, value: Any):
     """A finite number or a non-empty array of them (a torch tensor is kept as it is)."""
     if _is_torch(value):
-        arr = _as_float_array(p, value.detach().cpu().numpy())
-        out = value
+        arr = _as_float_array(p, _detached(value))
+        out = _torch_float(value)
     else:
         arr = _as_float_array(p, value)
         out = float(arr) if arr.ndim == 0 else arr
@@ -338,7 +351,7 @@ def _real(p: Param, value: Any):
 def _scalar(p: Param, value: Any, strict: bool):
     """:func:`_real`, and > 0 (``strict``) or >= 0."""
     out = _real(p, value)
-    arr = _as_float_array(p, out.detach().cpu().numpy() if _is_torch(out) else out)
+    arr = _as_float_array(p, _detached(out) if _is_torch(out) else out)
     bad = arr <= 0 if strict else arr < 0
     if np.any(bad):
         raise _fail(p, f"must be {'> 0' if strict else '>= 0'}, got {_short(value)}")
@@ -347,7 +360,8 @@ def _scalar(p: Param, value: Any, strict: bool):
 
 def _vector(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
     if _is_torch(value):
-        value = value.detach().cpu().numpy()
+        _vector(p, _detached(value), dims)
+        return _torch_float(value).reshape(-1, 1)
     arr = _as_float_array(p, value)
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
@@ -359,6 +373,40 @@ def _vector(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
 
 def _is_torch(value: Any) -> bool:
     return type(value).__module__.startswith("torch")
+
+
+def _detached(value: Any) -> np.ndarray:
+    """A torch tensor's values as a numpy array, cut from the autograd graph (what is checked);
+    the tensor itself is what the torch backend computes with."""
+    return value.detach().cpu().numpy()
+
+
+def _torch_float(value: Any) -> Any:
+    """A tensor as it enters the torch backend: a floating tensor unchanged (same object, dtype,
+    device and autograd graph), an integer one as float64."""
+    import torch
+
+    return value if value.is_floating_point() else value.to(torch.float64)
+
+
+def torch_diag(t: Any) -> Any:
+    """The diagonal matrix of a 1-d tensor of eigenvalues, in the autograd graph of ``t``."""
+    import torch
+
+    return torch.diag_embed(t)
+
+
+def detached_values(values: dict) -> dict:
+    """``values`` from :meth:`theory.registry.ClosedForm.validate` with every torch tensor replaced
+    by what the same input gives as a plain number or list: a float64 numpy array (a Python
+    ``float`` for a 0-d tensor). For checks (``domain``) and for the numpy and mpmath backends."""
+    out = {}
+    for k, v in values.items():
+        if _is_torch(v):
+            arr = np.asarray(_detached(v), dtype=np.float64)
+            v = float(arr) if arr.ndim == 0 else arr
+        out[k] = v
+    return out
 
 
 def _subset(p: Param, value: Any, dims: dict[str, int]) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable
 
-from .params import Param
+from .params import Param, detached_values
 
 __all__ = ["ClosedForm", "register", "get", "ids", "records", "import_package", "STATUSES"]
 
@@ -246,7 +246,7 @@ class ClosedForm:
         values = {p.name: p.validate(kwargs[p.name], dims) for p in order}
         _check_broadcast(self.params, values)
         if self.domain is not None:
-            self.domain(values, dims)
+            self.domain(detached_values(values), dims)
         return values, dims
 
     def __call__(self, backend: str = "numpy", *, printed: bool = False, **kwargs):
@@ -256,8 +256,10 @@ class ClosedForm:
         ----------
         backend : {"numpy", "mpmath", "torch"}
             numpy: float64, vectorised over scalar array parameters; mpmath: at the
-            current ``mpmath.mp.dps``; torch: float64 tensors (autograd flows through
-            tensor inputs).
+            current ``mpmath.mp.dps``; torch: tensors, computed in float64, returned in the
+            dtype of the tensor parameters (float32 in, float32 out); autograd flows through
+            every tensor parameter, matrices included (see :meth:`_call_torch`). Tensors given
+            to numpy or mpmath are read as detached values.
         printed : bool
             Evaluate the paper's printed form instead of the derived one (to show an
             erratum numerically).
@@ -265,6 +267,9 @@ class ClosedForm:
             One value per parameter (see :attr:`params`).
         """
         values, dims = self.validate(kwargs)
+        if backend == "torch":
+            return self._call_torch(values, dims, printed)
+        values = detached_values(values)
         if backend == "mpmath":
             import numpy as np
 
@@ -281,6 +286,39 @@ class ClosedForm:
         if self.length is not None:
             out = out[: self.length(values, dims)]
         return out
+
+    def _call_torch(self, values: dict, dims: dict, printed: bool):
+        """:meth:`__call__` for the torch backend: tensors given as parameters stay in the autograd
+        graph through the derived values (e.g. eigen-projectors by ``torch.linalg.eigh``), the
+        emitted function or the record's ``evaluate``. The arithmetic runs in float64; the result
+        has the dtype of the tensor parameters (torch's promotion of their dtypes: float32 inputs
+        give a float32 result, with gradients in float32), float64 where none is a tensor."""
+        import torch
+
+        tensors = [v for v in values.values() if isinstance(v, torch.Tensor)]
+        dtype = torch.float64
+        if tensors:
+            dtype = tensors[0].dtype
+            for t in tensors[1:]:
+                dtype = torch.promote_types(dtype, t.dtype)
+        if self.evaluate is not None and not printed:
+            out = _shape_output(self.evaluate("torch", values, dims), self.output, "torch")
+        else:
+            args = self.arguments(values, dims, "torch")
+            fn = self.printed_function("torch") if printed else self.function("torch")
+            out = _shape_output(fn(*args), self.output, "torch")
+            if self.length is not None:
+                out = out[: self.length(values, dims)]
+        if not isinstance(out, torch.Tensor):
+            out = torch.as_tensor(out, dtype=torch.float64)
+        if tensors:
+            out = out.to(device=tensors[0].device)
+            graph = [t for t in tensors if t.requires_grad]
+            if graph and not out.requires_grad and out.is_floating_point():
+                # a value that depends on none of the tensors that require grad (e.g. h*(0) = 0 of
+                # the decoder at s = 1): in the graph with zero gradient, so backward() works
+                out = out + sum((0 * t.detach().sum() * t).sum() for t in graph).to(out.dtype)
+        return out.to(dtype) if out.is_floating_point() else out
 
     def arguments(self, values: dict, dims: dict, backend: str) -> list:
         """The positional arguments of :meth:`function` for ``(values, dims)`` from

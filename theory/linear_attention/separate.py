@@ -71,11 +71,19 @@ def eigenvectors_descending(Lam: np.ndarray) -> np.ndarray:
 def projector(Lam: np.ndarray, S, backend: str = "numpy"):
     """P_S = sum_{d in S} e_d e_d^T (S 1-based, descending eigenvalues).
 
+    A torch tensor ``Lam`` (the torch backend given a tensor): computed by ``torch.linalg.eigh``
+    in float64, in the autograd graph of ``Lam``, so that gradients flow through P. P_S is a
+    differentiable function of Lambda where no eigenvalue of S equals one outside S (it is the
+    projector onto a sum of eigenspaces); torch's ``eigh`` backward needs all eigenvalues
+    distinct, so at a Lambda with a repeated eigenvalue the gradient is not finite.
+
     ``backend="mpmath"``: an ``mpmath.matrix`` from ``mpmath.eigsy`` at the working precision
     (Lambda's float64 entries taken exactly), so that the mpmath backend's records built on
     P are right to that precision rather than to float64's.
     """
     cols = [d - 1 for d in S]
+    if type(Lam).__module__.startswith("torch"):
+        return _torch_projector(Lam, cols)
     if backend != "mpmath":
         V = eigenvectors_descending(Lam)
         return V[:, cols] @ V[:, cols].T
@@ -89,6 +97,16 @@ def projector(Lam: np.ndarray, S, backend: str = "numpy"):
         v = V[:, order[c]]
         P += v * v.T
     return P
+
+
+def _torch_projector(Lam, cols):
+    """:func:`projector` of a torch tensor ``Lam`` (0-based ``cols``), keeping its graph."""
+    import torch
+
+    w, V = torch.linalg.eigh(Lam.to(torch.float64))
+    order = torch.argsort(-w.detach(), stable=True)
+    Vs = V[:, order[list(cols)]] if cols else V[:, :0]
+    return Vs @ Vs.T
 
 
 def _subset_projector(values, dims, backend="numpy"):

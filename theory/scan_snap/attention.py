@@ -237,8 +237,8 @@ def _h_of_t(backend, values):
 
     conv = backend_ops(backend).number
     t = conv(values["t"])
-    return theory.get("scan_snap.h.continuous")(backend, t=t / values["K"], M=values["M"],
-                                                 eta_Y=values["eta_Y"])
+    eta = conv(values["eta_Y"]) if backend == "torch" else values["eta_Y"]  # float64 inside
+    return theory.get("scan_snap.h.continuous")(backend, t=t / values["K"], M=values["M"], eta_Y=eta)
 
 
 def _gamma_integral(backend, values, h):

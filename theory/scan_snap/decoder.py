@@ -100,7 +100,10 @@ def _h_star(backend, s, values):
     conv = backend_ops(backend).number
     if s == 0:
         return conv(0.0)
-    return theory.get("scan_snap.h.discrete")(backend, s=s, M=values["M"], eta_Y=values["eta_Y"])
+    eta = values["eta_Y"]
+    if backend == "torch":  # a float32 tensor: h* in float64 (the record casts its result at the end)
+        eta = conv(eta)
+    return theory.get("scan_snap.h.discrete")(backend, s=s, M=values["M"], eta_Y=eta)
 
 
 def _decoder_derived(shift):
