@@ -6,6 +6,8 @@ projections of layer gradients on (and off) a direction.
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 from verify.stats import evaluate as _cf
@@ -69,21 +71,35 @@ def gdpp_minima(n: int, d: int, tol: float = 1e-4) -> list[tuple[np.ndarray, np.
     (within ``tol``) merged. At ``n = 20, d = 5`` there are two: ``f = 0.0575`` at ``a =
     (-0.517, -3.475), b_0 = 0.868`` and ``f = 0.0865`` at ``a = (-0.769, -2.644), b_0 =
     0.353``."""
+    return [(a.copy(), b.copy(), f) for a, b, f in _gdpp_minima(int(n), int(d), float(tol))]
+
+
+@cache
+def _gdpp_minima(n: int, d: int, tol: float) -> tuple:
+    """:func:`gdpp_minima`, computed once per process (about 10^5 evaluations of the closed form:
+    the parameters are validated once and the emitted function is called directly)."""
     from scipy.optimize import minimize
 
+    import theory
+
+    record = theory.get(GDPP)
+    fn = record.function("numpy")
+    values, dims = record.validate(dict(n=n, d=d, a=[0.0, 0.0], b=[0.0, 0.0]))
+
     def obj(p):
-        return float(_cf(GDPP, n=n, d=d, a=[p[0], p[1]], b=[p[2], 0.0]))
+        at = dict(values, a=np.array([p[0], p[1]]), b=np.array([p[2], 0.0]))
+        return float(fn(*record.arguments(at, dims, "numpy")))
 
     found: list[tuple[np.ndarray, np.ndarray, float]] = []
     for start in GDPP_STARTS:
         res = minimize(obj, start, method="Nelder-Mead",
-                       options=dict(xatol=1e-10, fatol=1e-15, maxiter=20_000))
+                       options=dict(xatol=1e-7, fatol=1e-12, maxiter=20_000))
         res = minimize(obj, res.x, method="BFGS", options=dict(gtol=1e-12))
         if not np.isfinite(res.fun):
             continue
         if all(np.max(np.abs(res.x - np.r_[a, b[0]])) > tol for a, b, _ in found):
             found.append((res.x[:2].copy(), np.array([res.x[2], 0.0]), float(res.fun)))
-    return sorted(found, key=lambda m: m[2])
+    return tuple(sorted(found, key=lambda m: m[2]))
 
 
 def gdpp_control_z(n: int, d: int, Sigma, a, b, se_QA, se_PB, se_Pdd) -> float:
