@@ -323,9 +323,11 @@ if nn is not None:
 
         def attention(self, context, query):
             """b (B, T-1): softmax_t(u_q^T W_Q W_K^T u_t / sqrt d) over the contextual tokens."""
+            # the score of every vocabulary token, then the context's: (B, M) then a gather, instead of
+            # embedding all B (T-1) context tokens through W_K (the same numbers, M / (T-1) of the work)
             uq = self.U[query] @ self.W_Q  # (B, d)
-            uk = self.U[context] @ self.W_K  # (B, T-1, d)
-            scores = torch.einsum("bd,btd->bt", uq, uk) / math.sqrt(self.d)
+            per_token = uq @ (self.U @ self.W_K).T / math.sqrt(self.d)  # (B, M)
+            scores = torch.gather(per_token, 1, context)  # (B, T-1)
             return torch.softmax(scores, dim=-1)
 
         def forward(self, context, query):
