@@ -2,6 +2,7 @@
 Dask cluster, and on a scheduler and workers started as separate processes on 127.0.0.1."""
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -164,3 +165,86 @@ def test_cli_store_and_resume(tmp_path, capsys):
     assert main(["all", "--workers", "0", "--quiet"]) == 2
     assert "--workers: expected an integer >= 1" in capsys.readouterr().err
     assert not math.isnan(load(rep / "results.sqlite")["discrepancy"].iloc[0])
+
+
+#: A worker preload (``dask worker --preload FILE``): registers two checks that kill their worker
+#: process, one only on its first try (it leaves a marker file), one on every try.
+_DYING = '''
+import os
+from pathlib import Path
+
+from verify.cli import registered_checks
+from verify.registry import _CHECKS, Outcome, check
+
+MARKER = Path({marker!r})
+
+
+def dies_once(ctx):
+    if not MARKER.exists():
+        MARKER.write_text("died")
+        os._exit(1)
+    return Outcome(measured=1.0, predicted=1.0, discrepancy=0.0, tolerance=1.0, criterion="ran after a restart")
+
+
+def dies_always(ctx):
+    os._exit(1)
+
+
+def register():
+    registered_checks()
+    for id, fn in (("tmp_topic.worker.dies_once", dies_once), ("tmp_topic.worker.dies_always", dies_always)):
+        if id not in _CHECKS:
+            check(id, covers=[], method="exact_flow", title=id)(fn)
+
+
+register()
+'''
+
+
+def test_a_task_whose_worker_dies_is_retried(tmp_path):
+    """The worker running a task dies (``os._exit``); its nanny starts a new one and the task runs
+    again there. A task that kills every worker it lands on comes back as a lost result."""
+    import importlib.util
+
+    from verify import registry
+
+    marker = tmp_path / "died-once"
+    preload = tmp_path / "dying_checks.py"
+    preload.write_text(_DYING.format(marker=str(marker)))
+    spec = importlib.util.spec_from_file_location("dying_checks", preload)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # the same checks here
+    dask = str(Path(sys.executable).parent / "dask")
+    sched_file = tmp_path / "scheduler.json"
+    # a task may kill 2 workers before the scheduler gives up on it (Dask's default: 4)
+    env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(sched_file)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env)]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        import json
+
+        address = json.loads(sched_file.read_text())["address"]
+        procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
+                                       "--no-dashboard", "--preload", str(preload)],
+                                      cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        # one after the other: a task queued on a worker that another task kills counts that death too
+        once, = execute([Task("tmp_topic.worker.dies_once", 0)], scheduler=address)
+        always, = execute([Task("tmp_topic.worker.dies_always", 0)], scheduler=address)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(30)
+        for id in ("tmp_topic.worker.dies_once", "tmp_topic.worker.dies_always"):
+            registry._CHECKS.pop(id, None)
+    assert marker.read_text() == "died"  # the first try killed its worker
+    assert once.passed and once.error is None and once.criterion == "ran after a restart"
+    assert not always.passed and "lost" in always.criterion and always.error
