@@ -134,7 +134,20 @@ def torch_forward_identity(ctx):
        covers=["linear_attention.merged.loss", "linear_attention.merged.global_min_loss",
                "linear_attention.merged.converged_matrix"],
        method="torch", needs=("torch",),
-       title="Online SGD of the full attention layer and the cubic-feature MLP vs the exact flow")
+       title="Online SGD of the full attention layer and the cubic-feature MLP vs the exact flow",
+       settings=[Setting("spectrum", "spectrum", quick="white", full=tuple(FIG1_EIGENVALUES),
+                         doc="eigenvalues of Lambda (randomly rotated unless white)"),
+                 *(Setting(k, kind, quick=q, full=f, low=low, high=high, doc=doc)
+                   for k, kind, q, f, low, high, doc in (
+                       ("D", "int", 4, 4, 1, 32, "token dimension for a white or power spectrum (a list fixes D)"),
+                       ("N", "int", 31, 31, 1, 10**4, "context length N"),
+                       ("H", "int", 8, 8, 1, 256, "heads H"),
+                       ("w_init", "float", 1e-2, 1e-6, 1e-9, 1.0, "scale of the eq.-34 start"),
+                       ("eta", "float", 0.0075, 0.05, 1e-5, 10.0, "SGD learning rate"),
+                       ("batch", "int", 500, 1000, 1, 10**6, "fresh sequences per SGD step"),
+                       ("steps", "int", 1200, 10000, 10, 10**7, "SGD steps"),
+                       ("window", "int", 800, 3000, 8, 10**7,
+                        "final steps averaged for the converged matrix (8 batch means)")))])
 def torch_training(ctx):
     """Train the real attention layer by online SGD and compare with the exact flow.
 
@@ -160,15 +173,19 @@ def torch_training(ctx):
     from verify.flows.merged import half_time, init_merged, integrate
     from verify.tasks.in_context_regression import random_covariance
 
-    D, N, H = 4, 31, 8
-    if ctx.profile == "full":
-        Lam = random_covariance(ctx.rng, FIG1_EIGENVALUES)
-        setting = "Fig.-1 spectrum (0.4, 0.3, 0.2, 0.1), random eigenvectors"
-        w_init, eta, batch, steps, window = 1e-6, 0.05, 1000, 10000, 3000
-    else:
+    spectrum = ctx.setting("spectrum")
+    eig = spectrum.eigenvalues(ctx.setting("D"))
+    D, N, H = len(eig), ctx.setting("N"), ctx.setting("H")
+    w_init, eta, batch, steps, window = (ctx.setting(k) for k in ("w_init", "eta", "batch", "steps", "window"))
+    if window > steps:
+        raise ValueError(f"window: at most steps = {steps}, got {window}")
+    if spectrum.form == "white":  # a rotation of the identity is the identity: no draw
         Lam = np.eye(D)
-        setting = "white Lambda = I_4"
-        w_init, eta, batch, steps, window = 1e-2, 0.0075, 500, 1200, 800
+        setting = f"white Lambda = I_{D}"
+    else:
+        Lam = random_covariance(ctx.rng, eig)
+        setting = ("Fig.-1 spectrum (0.4, 0.3, 0.2, 0.1), random eigenvectors" if tuple(eig) == tuple(FIG1_EIGENVALUES)
+                   else f"spectrum {spectrum}, random eigenvectors")
     n_blocks = 8
     v0, U0 = init_merged(ctx.rng, H, D, w_init)
     att, run_a, run_m = train_attention_and_mlp(ctx, Lam, N, H, v0, U0, w_init=w_init, eta=eta,

@@ -105,10 +105,52 @@ def torch_forward_identity(ctx):
 
 
 
+def _training_settings(quick, full) -> list:
+    """The named settings of :func:`torch_training`, defaults from the two profiles' experiments."""
+    return [
+        Setting("R", "ints", quick=quick.ranks, full=full.ranks, low=1, high=64,
+                doc="ranks R of the key and query matrices (one run each, R <= D)"),
+        Setting("spectrum", "spectrum", quick=quick.eig, full=full.eig,
+                doc="eigenvalues of Lambda, scaled to trace 1, randomly rotated"),
+        Setting("D", "int", quick=quick.D, full=full.D, low=1, high=32,
+                doc="token dimension for a white or power spectrum (a list fixes D)"),
+        Setting("N", "int", quick=quick.N, full=full.N, low=1, high=10**4, doc="context length N"),
+        Setting("H", "int", quick=quick.H, full=full.H, low=1, high=256, doc="heads H"),
+        Setting("w_init", "float", quick=quick.w_init, full=full.w_init, low=1e-6, high=1.0,
+                doc="scale of the eq.-36 start"),
+        Setting("eta", "float", quick=quick.eta, full=full.eta, low=1e-4, high=10.0,
+                doc="SGD learning rate (one step is t / tau = 2 eta)"),
+        Setting("batch", "int", quick=quick.batch, full=full.batch, low=1, high=10**6,
+                doc="fresh sequences per SGD step")]
+
+
+def training_setting(ctx, base):
+    """The profile's :class:`TrainingSetting` with the run's named settings applied, and the ranks to
+    train (``ATTN_S_TORCH_RANKS``, the former way to pick ranks, still overrides ``R``)."""
+    import os
+    from dataclasses import replace
+
+    eig = tuple(ctx.setting("spectrum").eigenvalues(ctx.setting("D")))
+    ranks = ctx.setting("R")
+    if os.environ.get(RANKS_ENV):
+        ranks = selected_ranks(base, os.environ.get(RANKS_ENV))
+    if max(ranks) > len(eig):
+        raise ValueError(f"R: each rank must be at most D = {len(eig)}, got {ranks}")
+    values = dict(D=len(eig), N=ctx.setting("N"), H=ctx.setting("H"), eig=eig, w_init=ctx.setting("w_init"),
+                  eta=ctx.setting("eta"), batch=ctx.setting("batch"))
+    changed = {k: v for k, v in values.items() if getattr(base, k) != v}
+    name = base.name if not changed else ", ".join(f"{k}={v}" for k, v in values.items() if k != "eig") + (
+        f", lambda ~ {ctx.setting('spectrum')}, trace 1")
+    # the profile's ranks first, so that their starts come from the same streams as in a default run
+    all_ranks = tuple(base.ranks) + tuple(r for r in ranks if r not in base.ranks)
+    return replace(base, name=name, ranks=all_ranks, **values), ranks
+
+
 @check("linear_attention.separate.torch_training",
        covers=["linear_attention.separate.saddle_loss", "linear_attention.merged.loss"],
        method="torch", needs=("torch",),
-       title="Online SGD of the full ATTN_S layer: plateaus at eq. 19, drop times = exact flow")
+       title="Online SGD of the full ATTN_S layer: plateaus at eq. 19, drop times = exact flow",
+       settings=_training_settings(QUICK_TRAINING, FULL_TRAINING))
 def torch_training(ctx):
     """Train the real separate key/query layer by online SGD and compare with theory.
 
@@ -143,26 +185,40 @@ def torch_training(ctx):
     eigenvectors), ``w_init = 0.02``, ``eta = 0.5``, batch 4000, float32, on ``ctx.device``. The
     environment variable ``ATTN_S_TORCH_RANKS`` (e.g. ``8``) selects ranks, so that each
     rank can run as its own command, e.g.
-    ``ATTN_S_TORCH_RANKS=8 python -m verify linear_attention.separate.torch_training
-    --profile full --device cuda``.
+    ``python -m verify linear_attention.separate.torch_training --profile full --set R=8
+    --device cuda`` (the environment variable ``ATTN_S_TORCH_RANKS=8`` does the same). Every size
+    above is a named setting (``python -m verify settings linear_attention.separate.torch_training``).
     """
-    import os
-
-    if ctx.profile == "full":
-        setting = FULL_TRAINING
-        ranks = selected_ranks(setting, os.environ.get(RANKS_ENV))
-    else:
-        setting, ranks = QUICK_TRAINING, QUICK_TRAINING.ranks
+    setting, ranks = training_setting(ctx, FULL_TRAINING if ctx.profile == "full" else QUICK_TRAINING)
     return run_training(ctx, setting, ranks)
 
 
 # =====================================================================================
 # Softmax (qualitative, Fig. 5b)
 # =====================================================================================
+#: Quick and full experiments of ``torch_softmax_drops`` (full: Fig. 3a/5b's D = 4, N = 31, H = 4).
+SOFTMAX_QUICK = dict(spectrum=tuple(np.array([3.0, 2.0, 1.0]) / 6.0), N=15, H=3, w_init=5e-2, eta=0.2,
+                     batch=500, steps=6000, block=100)
+SOFTMAX_FULL = dict(spectrum=(0.4, 0.3, 0.2, 0.1), N=31, H=4, w_init=5e-2, eta=0.2, batch=2000, steps=20000,
+                    block=400)
+
+
 @check("linear_attention.separate.torch_softmax_drops",
        covers=["linear_attention.separate.saddle_loss"], method="torch", needs=("torch",),
        title="Softmax ATTN_S from a small start: several drops separated by slower phases "
-             "(Fig. 5b; qualitative)")
+             "(Fig. 5b; qualitative)",
+       settings=[Setting("spectrum", "spectrum", quick=SOFTMAX_QUICK["spectrum"], full=SOFTMAX_FULL["spectrum"],
+                         doc="eigenvalues of Lambda, randomly rotated"),
+                 Setting("D", "int", quick=3, full=4, low=1, high=32,
+                         doc="token dimension for a white or power spectrum (a list fixes D)"),
+                 *(Setting(k, kind, quick=SOFTMAX_QUICK[k], full=SOFTMAX_FULL[k], low=low, high=high, doc=doc)
+                   for k, kind, low, high, doc in (
+                       ("N", "int", 1, 10**4, "context length N"), ("H", "int", 1, 256, "heads H"),
+                       ("w_init", "float", 1e-6, 1.0, "scale of the eq.-36 start"),
+                       ("eta", "float", 1e-4, 10.0, "SGD learning rate"),
+                       ("batch", "int", 1, 10**6, "fresh sequences per SGD step"),
+                       ("steps", "int", 10, 10**7, "SGD steps of each layer"),
+                       ("block", "int", 1, 10**6, "steps per block mean of the drop counter")))])
 def torch_softmax_drops(ctx):
     """Qualitative: the softmax variant of ATTN_S (rank one) shows several loss drops.
 
@@ -188,16 +244,17 @@ def torch_softmax_drops(ctx):
     from verify.models.linear_attention_separate import SeparateLinearAttention
     from verify.tasks.in_context_regression import random_covariance
 
-    if ctx.profile == "full":
-        D, N, H = 4, 31, 4
-        eig = np.array([0.4, 0.3, 0.2, 0.1])
-        w_init, eta, batch, steps, block = 5e-2, 0.2, 2000, 20000, 400
-        setting = "Fig. 3a/5b: D=4, N=31, H=4, lambda = (0.4, 0.3, 0.2, 0.1)"
+    eig = np.array(ctx.setting("spectrum").eigenvalues(ctx.setting("D")))
+    D, N, H = len(eig), ctx.setting("N"), ctx.setting("H")
+    w_init, eta, batch, steps, block = (ctx.setting(k) for k in ("w_init", "eta", "batch", "steps", "block"))
+    if steps < 2 * block:
+        raise ValueError(f"steps: need at least two blocks of {block} steps, got {steps}")
+    default = SOFTMAX_FULL if ctx.profile == "full" else SOFTMAX_QUICK
+    if all(ctx.setting(k) == v for k, v in default.items() if k != "spectrum") and tuple(eig) == default["spectrum"]:
+        setting = ("Fig. 3a/5b: D=4, N=31, H=4, lambda = (0.4, 0.3, 0.2, 0.1)" if ctx.profile == "full"
+                   else "D=3, N=15, H=3, lambda ~ (3, 2, 1), trace 1")
     else:
-        D, N, H = 3, 15, 3
-        eig = np.array([3.0, 2.0, 1.0]) / 6.0
-        w_init, eta, batch, steps, block = 5e-2, 0.2, 500, 6000, 100
-        setting = "D=3, N=15, H=3, lambda ~ (3, 2, 1), trace 1"
+        setting = f"D={D}, N={N}, H={H}, lambda = {ctx.setting('spectrum')}"
     min_drop = 0.02 * float(np.sum(eig))   # 2 % of L(M_0) = tr Lambda per block
     Lam = random_covariance(ctx.rng, eig)
     levels = saddle_levels(Lam, N, D)
