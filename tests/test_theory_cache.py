@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -237,7 +238,8 @@ def test_concurrent_writers_leave_a_valid_entry(folder, tmp_path):
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err
     names = sorted(p.name for p in folder.iterdir())
-    assert len(names) == 1 and names[0].endswith(".fn.json"), names  # no temporary file left
+    # one function entry and the expression it was emitted from; no temporary file left
+    assert sorted(n.rsplit(".", 2)[-2] for n in names) == ["expr", "fn"], names
     cf = fresh(SIGMA)
     assert cf(**SIGMA_AT) == pytest.approx(0.7787146544808913, rel=1e-14)
     assert "numeric_expr" not in vars(cf)  # the entry loaded
@@ -282,11 +284,12 @@ def test_cache_info_and_clear(folder, capsys):
     (folder / "unrelated.json").write_text("{}")  # not an entry: left alone
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
-    assert f"folder:   {folder}" in out and "enabled:  yes" in out and "entries:  1" in out
-    size = next(p for p in folder.glob("*.fn.json")).stat().st_size
+    # the emitted function and the expression it came from
+    assert f"folder:   {folder}" in out and "enabled:  yes" in out and "entries:  2" in out
+    size = sum(p.stat().st_size for p in [*folder.glob("*.fn.json"), *folder.glob("*.expr.pickle")])
     assert f"size:     {size} bytes" in out
     assert main(["cache", "clear"]) == 0
-    assert "removed 1 entry" in capsys.readouterr().out
+    assert "removed 2 entries" in capsys.readouterr().out
     assert [p.name for p in folder.iterdir()] == ["unrelated.json"]
     assert main(["cache", "info"]) == 0
     assert "entries:  0" in capsys.readouterr().out
@@ -296,3 +299,20 @@ def test_cache_info_when_off(monkeypatch, capsys):
     monkeypatch.setenv(cache.ENV, "off")
     assert main(["cache", "info"]) == 0
     assert f"enabled:  no ({cache.ENV}=off)" in capsys.readouterr().out
+
+
+def test_expressions_are_kept_and_a_new_process_does_not_derive(folder):
+    cf = fresh(SIGMA)
+    derived = cf.expr
+    assert [p.name.split(".")[-4] for p in folder.glob("*.expr.pickle")] == ["derived"]
+    original = cf.derive
+
+    @functools.wraps(original)  # the same source, hence the same key
+    def refuse():
+        raise AssertionError("derived again")
+
+    assert dataclasses.replace(theory.get(SIGMA), _fns={}, derive=refuse).expr == derived
+    for p in folder.glob("*.expr.pickle"):
+        p.write_bytes(b"not a pickle")  # a corrupt entry is a miss: derived and written again
+    assert fresh(SIGMA).expr == derived
+    assert dataclasses.replace(theory.get(SIGMA), _fns={}, derive=refuse).expr == derived

@@ -11,6 +11,10 @@ importing sympy.
 One entry per record, backend (``numpy``, ``mpmath``, ``torch``) and form (``derived``, or
 ``stable`` where the record has a numerically stable rewrite, for
 :meth:`theory.ClosedForm.function`; ``printed`` for :meth:`theory.ClosedForm.printed_function`).
+The sympy expressions themselves (:attr:`theory.ClosedForm.expr`, ``printed_expr``, ``numeric_expr``)
+are kept too, pickled, one entry per record and form (:func:`load_expr`, :func:`store_expr`): deriving
+every record takes about 20 s, loading them all 0.1 s, so symbolic work in a new process (the
+``symbolic_printed_forms`` checks) starts from the derived forms.
 An entry is keyed by
 
 * the toolkit's version (the installed distribution ``attention-dynamics-theory``),
@@ -20,8 +24,8 @@ An entry is keyed by
 * the source of every module of the package that defines the record's ``derive``, ``printed``
   and ``stable`` callables (a derivation may use helpers of other modules of its topic),
 
-so an edit to any of them misses and derives again. Entries are JSON files named
-``<id>.<backend>.<form>.<key>.fn.json``.
+so an edit to any of them misses and derives again. Function entries are JSON files named
+``<id>.<backend>.<form>.<key>.fn.json``, expressions ``<id>.sympy.<form>.<key>.expr.pickle``.
 
 Where: ``platformdirs.user_cache_dir("attention-dynamics-theory")``, or the folder named by the
 environment variable ``ATTENTION_THEORY_CACHE``; ``ATTENTION_THEORY_CACHE=off`` turns the cache
@@ -30,8 +34,8 @@ written to a temporary file in the folder and moved into place with :func:`os.re
 missing, unreadable or corrupt entry is a miss (the function is emitted again and the entry
 rewritten). ``python -m theory cache info`` and ``python -m theory cache clear`` show and empty
 the folder (``clear`` deletes only entries and this module's temporary files). An entry is Python
-code that runs when it is loaded: the folder should be writable by its user only, as the user
-cache folder is.
+code (or a pickle) that runs when it is loaded: the folder should be writable by its user only, as
+the user cache folder is.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["ENV", "DISTRIBUTION", "folder", "enabled", "key", "load", "store", "info", "clear"]
+__all__ = ["ENV", "DISTRIBUTION", "folder", "enabled", "key", "load", "store", "load_expr", "store_expr", "info",
+           "clear"]
 
 #: The environment variable: ``off`` turns the cache off, a path relocates it.
 ENV = "ATTENTION_THEORY_CACHE"
@@ -64,7 +69,9 @@ BACKENDS = ("numpy", "mpmath", "torch")
 FORMS = ("derived", "stable", "printed")
 
 _SUFFIX = ".fn.json"
-_ENTRY = re.compile(r"^[\w.\-]+\.(numpy|mpmath|torch)\.(derived|stable|printed)\.[0-9a-f]{24}\.fn\.json$")
+_EXPR_SUFFIX = ".expr.pickle"
+_ENTRY = re.compile(r"^[\w.\-]+\.((numpy|mpmath|torch)\.(derived|stable|printed)\.[0-9a-f]{24}\.fn\.json"
+                    r"|sympy\.(derived|stable|printed)\.[0-9a-f]{24}\.expr\.pickle)$")
 _TEMP_PREFIX = ".theory-fn-tmp-"
 
 
@@ -179,6 +186,7 @@ def key(cf, backend: str, form: str, *, version: str | None = None) -> str | Non
         "id": cf.id,
         "backend": backend,
         "form": form,
+        "python": list(sys.version_info[:2]),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
@@ -394,6 +402,66 @@ def store(cf, backend: str, form: str, fn: Callable) -> Path | None:
         return None
 
 
+def _expr_path(base: Path, cf, form: str, digest: str) -> Path:
+    safe = re.sub(r"[^\w.\-]", "_", cf.id)
+    return base / f"{safe}.sympy.{form}.{digest}{_EXPR_SUFFIX}"
+
+
+def load_expr(cf, form: str):
+    """``cf``'s sympy expression of ``form`` (``derived``, ``stable``, ``printed``) from the cache;
+    None on a miss (cache off, no entry, an entry that cannot be read or is not this record's)."""
+    import pickle
+
+    base = folder()
+    if base is None or form not in FORMS:
+        return None
+    digest = key(cf, "sympy", form)
+    if digest is None:
+        return None
+    try:
+        with open(_expr_path(base, cf, form, digest), "rb") as f:
+            entry = pickle.load(f)
+        if entry.get("format") != FORMAT or entry.get("key") != digest or entry.get("id") != cf.id:
+            return None
+        return entry["expr"]
+    except Exception:  # missing, partial, corrupt or stale: derive again
+        return None
+
+
+def store_expr(cf, form: str, expr) -> Path | None:
+    """Write ``cf``'s sympy expression of ``form`` to the cache (atomically); return the entry's
+    path, or None when nothing was written (cache off, an expression that cannot be pickled, a
+    folder that cannot be written)."""
+    import pickle
+
+    base = folder()
+    if base is None or form not in FORMS or expr is None:
+        return None
+    digest = key(cf, "sympy", form)
+    if digest is None:
+        return None
+    try:
+        data = pickle.dumps({"format": FORMAT, "key": digest, "id": cf.id, "form": form, "expr": expr})
+    except Exception:
+        return None
+    tmp = None
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".pickle", dir=base)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        path = _expr_path(base, cf, form, digest)
+        os.replace(tmp, path)
+        return path
+    except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return None
+
+
 # -- info and clear -------------------------------------------------------------------
 def _entries(base: Path) -> list[Path]:
     try:
@@ -441,7 +509,7 @@ def clear() -> int:
         except OSError:
             pass
     try:
-        temps = [p for p in base.iterdir() if p.name.startswith(_TEMP_PREFIX) and p.name.endswith(".json")]
+        temps = [p for p in base.iterdir() if p.name.startswith(_TEMP_PREFIX) and p.name.endswith((".json", ".pickle"))]
     except OSError:
         temps = []
     for p in temps:

@@ -134,18 +134,28 @@ class ClosedForm:
     # -- symbolic -----------------------------------------------------------------
     @cached_property
     def expr(self):
-        """The derived sympy expression (computed once)."""
-        return self.derive()
+        """The derived sympy expression (computed once; kept in the cache on disk, :mod:`theory.cache`)."""
+        return self._form_expr("derived", self.derive)
 
     @cached_property
     def printed_expr(self):
         """The paper's printed expression, or None."""
-        return self.printed() if self.printed is not None else None
+        return self._form_expr("printed", self.printed) if self.printed is not None else None
 
     @cached_property
     def numeric_expr(self):
         """The expression the numeric functions are emitted from."""
-        return self.stable() if self.stable is not None else self.expr
+        return self._form_expr("stable", self.stable) if self.stable is not None else self.expr
+
+    def _form_expr(self, form: str, build: Callable):
+        """The expression ``build()`` of ``form``, from the cache on disk or built (and stored)."""
+        from . import cache
+
+        expr = cache.load_expr(self, form)
+        if expr is None:
+            expr = build()
+            cache.store_expr(self, form, expr)
+        return expr
 
     @property
     def param_names(self) -> tuple[str, ...]:
