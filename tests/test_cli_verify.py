@@ -96,6 +96,32 @@ def test_list_runs():
         assert chk.id in proc.stdout
 
 
+def test_list_fits_80_columns_filters_by_prefix_and_prints_json(capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert cli.main(["list", "linear_attention.separate.torch", "scan_snap.h"]) == 0
+    ids = {line.split()[0] for line in capsys.readouterr().out.splitlines()[2:] if line[:1].strip()}
+    expected = {c.id for c in cli.registered_checks()
+                if c.id.startswith(("linear_attention.separate.torch", "scan_snap.h"))}
+    assert ids == expected and len(ids) >= 4
+    assert cli.main(["list", "--json", "linear_attention.separate.torch_training"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["id"] == "linear_attention.separate.torch_training" and row["method"] == "torch"
+    assert {"name": "R", "kind": "ints", "quick": [1], "full": [1, 2, 4, 8], "low": 1, "high": 64,
+            "doc": "ranks R of the key and query matrices (one run each, R <= D)"} in row["settings"]
+    assert cli.main(["list", "no_such_topic"]) == 2
+    assert capsys.readouterr().err == "error: list: no check id starts with 'no_such_topic'\n"
+    assert cli.main(["all", "--json"]) == 2
+    assert capsys.readouterr().err.startswith("error: --json: only with list")
+
+
+def test_version():
+    proc = run_module("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("attention-dynamics-theory "), proc
+
+
 def test_run_one_check_by_id_writes_report(tmp_path):
     """A separate process registers one fast check and runs it as a bare id."""
     script = textwrap.dedent("""

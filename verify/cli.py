@@ -216,6 +216,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="change a setting of the selected checks (repeatable; see 'settings ID')")
     p.add_argument("--grid", dest="grids", metavar="NAME=V1,V2,...", action="append", default=[],
                    help="with sweep: the values of one setting (repeatable)")
+    p.add_argument("--json", action="store_true",
+                   help="with list: a JSON list of {id, method, title, covers, aliases, needs, settings}")
+    from theory.cli import _VersionAction
+
+    p.add_argument("--version", action=_VersionAction, help="print the toolkit's version and exit")
     return p
 
 
@@ -495,15 +500,30 @@ def _overrides(selected: list, assignments: list[str]) -> dict[str, dict]:
     return out
 
 
-def _cmd_list(registered: list, out) -> int:
+def _cmd_list(registered: list, out, as_json: bool = False) -> int:
+    """One line per check: id, method and title cut to the terminal's width (80 columns when not
+    a terminal; ``COLUMNS`` overrides); ``as_json``: everything about each check, as JSON."""
+    if as_json:
+        import json
+
+        from .settings import as_data
+
+        rows = [{"id": c.id, "method": c.method, "title": c.title, "covers": list(c.covers),
+                 "aliases": list(getattr(c, "aliases", ())), "needs": list(getattr(c, "needs", ())),
+                 "settings": [{"name": st.name, "kind": st.kind, **as_data({"quick": st.default("quick"),
+                                                                         "full": st.default("full")}),
+                               "low": st.low, "high": st.high, "doc": st.doc} for st in getattr(c, "settings", ())]}
+                for c in registered]
+        json.dump(rows, out, indent=1)
+        out.write("\n")
+        return 0
     if not registered:
         print("(no checks registered)", file=out)
         return 0
-    header = ("id", "method", "covers")
-    rows = [(c.id, c.method, ", ".join(c.covers)) for c in registered]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(2)]
-    for r in [header, tuple("-" * len(h) for h in header), *rows]:
-        print(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}".rstrip(), file=out)
+    from theory.cli import _print_table, _width
+
+    _print_table([(c.id, c.method, c.title) for c in registered], ("id", "method", "title"), out,
+                 width=_width(out))
     return 0
 
 
@@ -781,10 +801,16 @@ def _main(argv: list[str] | None) -> int:
     try:
         args = _parse(argv)
         registered = registered_checks()
+        if args.json and args.command != "list":
+            raise _UsageError("--json: only with list")
         if args.command == "list":
+            listed = covering(args.covers, registered) if args.covers else registered
+            for prefix in args.ids:
+                if not any(c.id.startswith(prefix) for c in listed):
+                    raise _UsageError(f"list: no check id starts with {prefix!r}")
             if args.ids:
-                raise _UsageError("list: takes no ids")
-            return _cmd_list(covering(args.covers, registered) if args.covers else registered, sys.stdout)
+                listed = [c for c in listed if any(c.id.startswith(prefix) for prefix in args.ids)]
+            return _cmd_list(listed, sys.stdout, as_json=args.json)
         if args.command == "settings":
             if len(args.ids) != 1:
                 raise _UsageError("settings: give one check id")
