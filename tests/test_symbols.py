@@ -124,3 +124,28 @@ def test_the_core_holds_no_parameter_names():
                 "verify/symbolic.py"):
         found = _string_literals(ROOT / rel) & names
         assert not found, (rel, sorted(found))
+
+
+def test_names_typeset_as_their_topic_declares():
+    """A trailing digit is not a subscript where a topic says so (tr W^2, not trW_2), and a power of
+    a declared name stays readable."""
+    import theory
+
+    assert theory.get("localization.eigen.variance").latex() == (
+        r"d \operatorname{tr}(W^{2}) - (\operatorname{tr} W)^{2}")
+    assert r"w_{\mathrm{init}}" in theory.get("linear_attention.merged.sigma").latex()
+    for cf in theory.records():
+        for form in ("derived", "printed"):
+            if form == "printed" and cf.printed is None:
+                continue
+            text = cf.latex(form)
+            assert "trW_{2}" not in text and "trLambda" not in text and "w_{init}" not in text, (cf.id, text)
+
+
+def test_latex_table_is_validated():
+    from theory.symbols import Symbols
+
+    with pytest.raises(ValueError, match="^latex: expected names mapped to LaTeX text"):
+        Symbols(latex={"x": ""})
+    with pytest.raises(ValueError, match="^form: expected one of"):
+        __import__("theory").get("localization.eigen.variance").latex("typo")

@@ -299,13 +299,13 @@ def _cmd_show(args, out) -> int:
     expr = cf.expr
     section("Derived expression")
     print(textwrap.indent(pretty(expr), "  "), file=out)
-    print(f"\nLaTeX: {sp.latex(expr)}", file=out)
+    print(f"\nLaTeX: {cf.latex()}", file=out)
 
     printed = cf.printed_expr
     if printed is not None:
         section("Printed in the paper")
         print(textwrap.indent(pretty(printed), "  "), file=out)
-        print(f"\nLaTeX: {sp.latex(printed)}", file=out)
+        print(f"\nLaTeX: {cf.latex('printed')}", file=out)
         if args.no_compare:
             verdict = "not compared (--no-compare)"
         else:

@@ -184,6 +184,17 @@ class ClosedForm:
 
         return symbols_of(self.topic)
 
+    def latex(self, form: str = "derived", **settings) -> str:
+        """The expression of ``form`` (``derived``, ``printed``, ``stable``) in LaTeX, the topic's
+        symbols typeset as its table declares (:meth:`theory.symbols.Symbols.latex`)."""
+        exprs = {"derived": "expr", "printed": "printed_expr", "stable": "numeric_expr"}
+        if form not in exprs:
+            raise ValueError(f"form: expected one of {tuple(exprs)}, got {form!r}")
+        expr = getattr(self, exprs[form])
+        if expr is None:
+            raise ValueError(f"form: {self.id} has no {form} form")
+        return self.symbols.latex(expr, **settings)
+
     def equal(self, a, b) -> bool:
         """Whether ``a`` and ``b`` (forms of this record: derived, printed, stable) are identical,
         by :func:`theory.compare.equal` told this record's covariance (its first ``covariance``

@@ -58,6 +58,11 @@ class Symbols:
         Names of nonnegative real symbols (e.g. time ``t``).
     reals : sequence of str
         Names of real symbols of either sign.
+    latex : mapping of str to str
+        How a name is typeset where sympy's own rule would mislead (it reads a trailing digit
+        as a subscript, so a name ``trX2`` would show as trX₂ rather than tr X²), e.g.
+        ``{"trX2": r"\\operatorname{tr}(X^{2})"}`` (parenthesised, so that a power of the
+        name reads right); see :meth:`latex`.
 
     Notes
     -----
@@ -65,7 +70,7 @@ class Symbols:
     twice is refused with ``ValueError``.
     """
 
-    def __init__(self, *, matrices=(), vectors=(), integers=(), naturals=(), nonnegative=(), reals=()):
+    def __init__(self, *, matrices=(), vectors=(), integers=(), naturals=(), nonnegative=(), reals=(), latex=None):
         groups = {"matrices": matrices, "vectors": vectors, "integers": integers, "naturals": naturals,
                   "nonnegative": nonnegative, "reals": reals}
         self._kind: dict[str, str] = {}
@@ -79,6 +84,19 @@ class Symbols:
                     raise ValueError(f"{group}: {n!r} is declared twice (or is the dimension D)")
                 self._kind[n] = group
         self._made: dict = {}
+        self._latex = dict(latex or {})
+        for n, text in self._latex.items():
+            if not isinstance(n, str) or not n.isidentifier() or not isinstance(text, str) or not text:
+                raise ValueError(f"latex: expected names mapped to LaTeX text, got {n!r}: {text!r}")
+
+    def latex(self, expr, **settings) -> str:
+        """``sympy.latex(expr)`` with this table's names typeset as declared (``latex=``);
+        ``settings`` go to :func:`sympy.latex`."""
+        import sympy as sp
+
+        names = {s: self._latex[s.name] for s in expr.atoms(sp.Symbol, sp.MatrixSymbol)
+                 if getattr(s, "name", None) in self._latex}
+        return sp.latex(expr, symbol_names=names, **settings)
 
     def __call__(self, name: str):
         """The sympy object for ``name``."""

@@ -28,10 +28,8 @@ __all__ = ["page", "deciding_checks", "main", "MEASURED"]
 MEASURED = "Measured"
 
 
-def _latex(expr) -> str:
-    import sympy as sp
-
-    return sp.latex(expr)
+def _latex(record, form: str = "derived") -> str:
+    return record.latex(form)
 
 
 def deciding_checks() -> dict[str, list]:
@@ -91,8 +89,8 @@ def page(results: dict[str, dict] | None = None) -> str:
         errata = [r for r in recs if r.erratum]
         for r in errata:
             L += [f"### `{r.id}`", "", f"{r.title} ({r.source}; {r.status}).", "",
-                  "As printed:", "", "$$", _latex(r.printed_expr), "$$", "",
-                  "Derived (corrected):", "", "$$", _latex(r.expr), "$$", "",
+                  "As printed:", "", "$$", _latex(r, "printed"), "$$", "",
+                  "Derived (corrected):", "", "$$", _latex(r), "$$", "",
                   f"What is wrong: {' '.join(r.erratum.split())}", ""]
             for c in deciders.get(r.id, []):
                 L.append(f"Decided by `{c.id}` ({c.method}): {c.title}.")

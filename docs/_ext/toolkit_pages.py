@@ -28,10 +28,8 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def _latex(expr) -> str:
-    import sympy as sp
-
-    return sp.latex(expr, mat_delim="(")
+def _latex(record, form: str = "derived") -> str:
+    return record.latex(form, mat_delim="(")
 
 
 def _param_line(p) -> str:
@@ -63,10 +61,10 @@ def paper_page(topic: str) -> str:
                 f"**Source:** {r.source}. **Status:** {r.status}."
                 + (" **Erratum.**" if r.erratum else ""), ""]
         out += ["**Parameters:**", ""] + [_param_line(p) for p in r.params] + [""]
-        out += ["**Derived:**", "", "$$", _latex(r.expr), "$$", ""]
+        out += ["**Derived:**", "", "$$", _latex(r), "$$", ""]
         if r.printed is not None:
             if r.erratum:
-                out += ["**As printed in the paper (differs):**", "", "$$", _latex(r.printed_expr), "$$", "",
+                out += ["**As printed in the paper (differs):**", "", "$$", _latex(r, "printed"), "$$", "",
                         f"**Erratum:** {r.erratum}", ""]
             else:
                 out += ["The paper's printed form is proved equal to the derivation "

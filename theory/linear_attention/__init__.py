@@ -28,6 +28,8 @@ PAPER = Paper(authors=("Zhang", "Singh", "Latham", "Saxe"), year=2025,
 #: time t and the value weight v are nonnegative.
 SYMBOLS = Symbols(matrices=("Lambda", "Lambda_q", "M", "A", "P", "P_prev", "E_m"),
                   integers=("N_max", "n", "R", "s"), naturals=("m", "j"),
-                  nonnegative=("t", "v"))
+                  nonnegative=("t", "v"),
+                  latex={"lam": r"\lambda", "trLambda": r"(\operatorname{tr} \Lambda)", "N_max": r"N_{\max}",
+                         "w_init": r"w_{\mathrm{init}}"})
 #: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).
 sym = SYMBOLS

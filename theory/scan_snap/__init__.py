@@ -26,6 +26,7 @@ PAPER = Paper(authors=("Tian", "Wang", "Chen", "Du"), year=2023,
 
 #: The symbols of this paper: M is the vocabulary size (an integer, not a matrix), K and s are
 #: counts (s from 0), time t, h and dz are nonnegative; every other name is a positive real.
-SYMBOLS = Symbols(integers=("M", "K"), naturals=("s",), nonnegative=("t", "h", "dz"))
+SYMBOLS = Symbols(integers=("M", "K"), naturals=("s",), nonnegative=("t", "h", "dz"),
+                  latex={"f_nl": r"f_{\mathrm{nl}}", "f_npl": r"f_{\mathrm{npl}}"})
 #: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).
 sym = SYMBOLS
