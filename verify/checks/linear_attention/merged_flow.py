@@ -424,15 +424,24 @@ def fixed_points(ctx):
 @check("linear_attention.merged.sgd_time_mapping",
        covers=["linear_attention.merged.gradient"],
        method="exact_flow",
-       title="Gradient descent with learning rate eta on L tracks the flow at t / tau = 2 eta k")
+       title="Gradient descent with learning rate eta on L tracks the flow at t / tau = 2 eta k",
+       settings=[*FIG1_SETTINGS,
+                 Setting("w_init", "float", quick=1e-3, full=1e-3, low=1e-8, high=0.5, doc="scale of the eq.-34 start"),
+                 Setting("eta", "floats", quick=(0.0025, 0.01), full=(0.0025, 0.01), low=1e-6, high=1.0,
+                         doc="learning rates of the two cases: white Lambda = I_D, then the spectrum")])
 def sgd_time_mapping(ctx):
-    w = 1e-3
-    cases = [("white", np.eye(D), 0.0025), ("Fig.-1 spectrum", random_covariance(ctx.rng, SPECTRUM), 0.01)]
+    w, etas, N, H = ctx.setting("w_init"), ctx.setting("eta"), ctx.setting("N"), ctx.setting("H")
+    if len(etas) != 2:
+        raise ValueError(f"eta: expected two learning rates (white, spectrum), got {len(etas)}")
+    spec = ctx.setting("spectrum")
+    eigenvalues = spec.eigenvalues(ctx.setting("D"))
+    name = "Fig.-1 spectrum" if tuple(eigenvalues) == SPECTRUM else f"spectrum {spec}"
+    cases = [("white", np.eye(ctx.setting("D")), etas[0]), (name, random_covariance(ctx.rng, eigenvalues), etas[1])]
     rows, figs, worst, worst_ctrl = [], {}, 0.0, np.inf
     for (name, Lam, eta), rng in zip(cases, ctx.spawn(len(cases))):
         mo = fm.moments(Lam, N)
         L_star = _cf("linear_attention.merged.global_min_loss", Lambda=Lam, N=N)
-        v0, U0 = fm.init_merged(rng, H, D, w)
+        v0, U0 = fm.init_merged(rng, H, Lam.shape[0], w)
         gamma = _cf("linear_attention.merged.gamma", Lambda=Lam)
         # the half-drop lies near eq. 54 with s_eff; run well past it
         T_end = 2.0 * _cf("linear_attention.merged.plateau_time", Lambda=Lam, tau=TAU, w_init=w) + 10 / gamma
@@ -451,7 +460,7 @@ def sgd_time_mapping(ctx):
         worst, worst_ctrl = max(worst, err), min(worst_ctrl, err_bad)
         key = "gd_vs_flow_" + ("white" if name == "white" else "fig1_spectrum")
         figs[key] = lines_figure(f"Gradient descent (η = {eta:g}) vs the flow, {name} "
-                           "(eq.-34 start, w_init = 1e-3)", "L",
+                           f"(eq.-34 start, w_init = {w:g})", "L",
                            [series(t, res.loss, "flow", "-"),
                             series(out.t, out.loss, "GD at t/τ = 2ηk", "--"),
                             series(eta * out.steps, out.loss, "GD at t/τ = ηk (wrong)", ":")])

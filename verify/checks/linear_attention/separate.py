@@ -159,7 +159,13 @@ def mc_subset_loss(ctx):
                "linear_attention.separate.scalar_ode_rhs", "linear_attention.separate.escape_time"],
        method="exact_flow",
        title="Saddle-to-saddle flow of rank-1 ATTN_S (H = D = 4, Fig.-1 spectrum, N = 31): plateaus "
-             "at eq. 19, e_1..e_D learned in order, M -> M_D; aligned start vs eq. 21 and eq. 71")
+             "at eq. 19, e_1..e_D learned in order, M -> M_D; aligned start vs eq. 21 and eq. 71",
+       settings=[Setting("w_init", "float", quick=1e-3, full=1e-3, low=1e-8, high=0.1,
+                         doc="scale of the eq.-36 random start"),
+                 Setting("w_aligned", "float", quick=1e-3, full=1e-3, low=1e-8, high=0.1,
+                         doc="scale of the aligned, balanced start (eqs. 21 and 71)"),
+                 Setting("points", "int", quick=4000, full=20000, low=500, high=10**6,
+                         doc="log-spaced times at which the random-start flow is recorded")])
 def flow_staircase(ctx):
     D = H = len(SPECTRUM)
     N = N_FIG
@@ -173,11 +179,11 @@ def flow_staircase(ctx):
                           S=list(range(1, m + 1)))) for m in range(D + 1)]
     nM = np.linalg.norm(M_S[-1])
     # 1. eq.-36 random start
-    w = 1e-3
+    w = ctx.setting("w_init")
     (rng,) = ctx.spawn(1)
     v0, k0, q0 = fs.init_separate(rng, H, 1, D, w)
     T = 20.0 * TAU / (lam[-1] ** 2 * w)
-    t = np.concatenate([[0.0], np.geomspace(1e-2, T, ctx.pick(quick=4000, full=20000))])
+    t = np.concatenate([[0.0], np.geomspace(1e-2, T, ctx.setting("points"))])
     res = fs.integrate(mo, None, v0, k0, q0, tau=TAU, t_eval=t, rtol=RTOL, method="LSODA", dense=True)
     p = fs.plateaus(res.t, res.loss, levels, func=res.loss_at)
     lvl_err = np.abs(p.level_at_flattest - levels) / levels
@@ -196,7 +202,7 @@ def flow_staircase(ctx):
         "linear_attention.separate.fixed_point_matrix", Lambda=Lam, N=N,
         S=list(range(1, m)) + [m + 1]))) / nM) for m in range(1, D))
     # 2. aligned, balanced start: eq. 21 per head and eq. 71
-    wa = 1e-3
+    wa = ctx.setting("w_aligned")
     va, ka, qa = fs.init_aligned_separate(mo, H, 1, wa)
     Ta = 1.5 * TAU / (lam[-1] ** 2 * wa)
     ta = np.concatenate([[0.0], np.geomspace(1.0, Ta, 3000)])
@@ -226,12 +232,12 @@ def flow_staircase(ctx):
         predicted={"saddle_loss": levels.tolist(), "eq21_drop_times": drops_ode.tolist(),
                    "escape_time": esc.tolist()},
         discrepancy=disc, tolerance=1.0, passed=bool(disc <= 1.0 and order_ok),
-        criterion="each part / its tolerance <= 1. Random start (w_init = 1e-3): the loss at the "
+        criterion=f"each part / its tolerance <= 1. Random start (w_init = {w:g}): the loss at the "
                   "flattest point of each plateau equals eq. 19 to 1e-3 relative (the unlearned "
                   "heads are O(w_init) and enter M at O(w_init^2..3); measured 2e-9) and M "
                   "there is M_{1..m} to 1e-2 of ||M_D|| (drops in order e_1..e_D; the last is the "
                   "final M = M_D); eq. 82 conserved to 1e-8 (rtol 1e-10). Aligned start "
-                  "(v(0) = 1e-3): the hand-computed levels for (0.4,0.3,0.2,0.1) to their 6-digit rounding (5e-7); "
+                  f"(v(0) = {wa:g}): the hand-computed levels for (0.4,0.3,0.2,0.1) to their 6-digit rounding (5e-7); "
                   "full-flow drop times = per-head eq. 21 to 1e-5 (exact there; "
                   "both at rtol 1e-10) and = eq. 71 to 1e-2 (leading order; correction "
                   "O(v(0)/v*) ~ 1e-3)",
@@ -253,11 +259,15 @@ def flow_staircase(ctx):
 @check("linear_attention.separate.scalar_ode_implicit",
        covers=["linear_attention.separate.scalar_ode_time", "linear_attention.separate.scalar_ode_rhs"],
        method="exact_flow",
-       title="Eq. 70: the implicit solution t(v) of the scalar ODE against its numerical integration")
+       title="Eq. 70: the implicit solution t(v) of the scalar ODE against its numerical integration",
+       settings=[Setting("lam", "float", quick=0.3, full=0.3, low=1e-3, high=1.0,
+                         doc="the eigenvalue lambda (default lambda_2 of the Fig.-1 spectrum; tr Lambda = 1)"),
+                 Setting("N", "int", quick=31, full=31, low=1, high=10**6, doc="context length N"),
+                 Setting("v0", "float", quick=1e-3, full=1e-3, low=1e-8, high=0.1, doc="the start v(0)")])
 def scalar_ode_implicit(ctx):
-    lam, N, T = 0.3, 31, 1.0  # lambda_2 of the Fig.-1 spectrum, tr Lambda = 1
+    lam, N, T = ctx.setting("lam"), ctx.setting("N"), 1.0
     a = float(theory.get("linear_attention.data.lambda_hat_sq_eigenvalue")(lam=lam, trLambda=T, N=N))
-    tau, v0 = 1.0, 1e-3
+    tau, v0 = 1.0, ctx.setting("v0")
     v_star = (lam / a) ** (1 / 3)
     targets = v_star * np.array([0.01, 0.1, 0.5, 0.9, 0.99])
     closed = np.array([_cf("linear_attention.separate.scalar_ode_time", v=v, v0=v0, lam=lam, a=a, tau=tau)
@@ -295,12 +305,15 @@ def scalar_ode_implicit(ctx):
 @check("linear_attention.separate.ansatz_loss",
        covers=["linear_attention.separate.ansatz_loss_change"],
        method="exact_flow",
-       title="Loss along the exact aligned flow = tr Lambda + sum of the ansatz loss changes (eqs. 20-21)")
+       title="Loss along the exact aligned flow = tr Lambda + sum of the ansatz loss changes (eqs. 20-21)",
+       settings=[Setting("N", "int", quick=31, full=31, low=1, high=10**6, doc="context length N"),
+                 Setting("w_init", "float", quick=0.05, full=0.05, low=1e-6, high=0.5,
+                         doc="v(0) of the balanced aligned start")])
 def ansatz_loss(ctx):
     lam = np.array([0.4, 0.3, 0.2, 0.1])
-    N = 31
+    N = ctx.setting("N")
     mo = fs.moments(lam, N)
-    v0, k0, q0 = fs.init_aligned_separate(mo, 4, 1, 0.05)
+    v0, k0, q0 = fs.init_aligned_separate(mo, 4, 1, ctx.setting("w_init"))
     res = fs.integrate(mo, None, v0, k0, q0, tau=1.0, t_eval=np.linspace(0, 400, 41), rtol=1e-10,
                        method="LSODA")
     a = np.array([_cf("linear_attention.data.lambda_hat_sq_eigenvalue", lam=l, trLambda=1.0, N=N) for l in lam])
@@ -315,7 +328,7 @@ def ansatz_loss(ctx):
     wrong = float(np.max(np.abs(res.loss - predicted(lam**2)) / res.loss))  # N -> inf: a_d -> lambda_d^2
     return Outcome(
         measured=res.loss.tolist(), predicted=predicted(a).tolist(), discrepancy=err, tolerance=1e-8,
-        criterion="max relative |L(M(t)) of the exact flow (balanced aligned start, H = D = 4, N = 31) - "
+        criterion=f"max relative |L(M(t)) of the exact flow (balanced aligned start, H = D = 4, N = {N}) - "
                   "tr Lambda - sum_d (-2 lambda_d^2 v_d^3 + lambda_d a_d v_d^6)| over t in [0, 400] tau; "
                   "the manifold is invariant, so only the integrator's rtol 1e-10 remains",
         controls=[Control("a_d -> lambda_d^2 (the N -> infinity ansatz loss)", wrong, 1e-8,
