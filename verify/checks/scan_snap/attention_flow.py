@@ -57,12 +57,22 @@ def _integrate_theorem4(M, K, eta_Y, eta_Z, C0, k, ts):
        decides=["scan_snap.attention.growth", "scan_snap.attention.growth_scanning",
                 "scan_snap.attention.growth_snapping"],
        title="Theorem 4: integrated common-token ODE vs the corrected B_n and z_ml (both readings); "
-             "printed eq. 124 rejected at every t")
+             "printed eq. 124 rejected at every t",
+       settings=[Setting("M", "int", quick=1000, full=1000, low=3, high=10**7,
+                         doc="vocabulary size M (1000, as in the gamma reference values)"),
+                 Setting("K", "int", quick=10, full=10, low=1, high=10**4, doc="number of classes K"),
+                 Setting("eta_Y", "float", quick=1.0, full=1.0, low=1e-4, high=100.0, doc="decoder learning rate"),
+                 Setting("eta_Z", "float", quick=0.5, full=0.5, low=1e-4, high=100.0,
+                         doc="attention learning rate"),
+                 Setting("C0", "float", quick=0.1, full=0.1, low=1e-6, high=0.9,
+                         doc="the constant C0 of Theorem 4 (initial common-token attention)"),
+                 Setting("points", "int", quick=120, full=600, low=20, high=10**6,
+                         doc="log-spaced times compared")])
 def theorem4_ode(ctx):
-    M, K, eta_Y, eta_Z, C0 = 1000, 10, 1.0, 0.5, 0.1  # M = 1000, as in the gamma reference values
+    M, K, eta_Y, eta_Z, C0 = (ctx.setting(k) for k in ("M", "K", "eta_Y", "eta_Z", "C0"))
     t0 = _get("speed.snap_time")(M=M, K=K, eta_Y=eta_Y)
     t0p = K * np.log(M) / eta_Y
-    ts = np.concatenate([[0.0], np.geomspace(1e-3 * t0p, 1e6 * t0, ctx.pick(quick=120, full=600))])
+    ts = np.concatenate([[0.0], np.geomspace(1e-3 * t0p, 1e6 * t0, ctx.setting("points"))])
     kw = dict(t=ts[1:], M=M, K=K, eta_Y=eta_Y, eta_Z=eta_Z, C0=C0)
     errs, ctrl, details = {}, {}, {"t_0": t0, "t_0'": t0p, "C0": C0, "ln(C0)/4": np.log(C0) / 4}
     e_ctrl = {}  # expected control statistics: wrong closed form vs the corrected one
@@ -285,12 +295,17 @@ def _asymmetric_classes(rng, K, D):
 @check("scan_snap.attention.theorem23_ode", aliases=["scan_snap.dynamics.theorem23_ode"], method="exact_flow",
        covers=["scan_snap.attention.relative_gain", "scan_snap.attention.common_pair_term"],
        title="Theorems 2-3 along the eq. 10 ODE: r(t)/chi_l(t) = r(0) to ODE precision; DT logits rise, "
-             "the CT logit falls; eq. 99's pair term")
+             "the CT logit falls; eq. 99's pair term",
+       settings=[Setting("K", "int", quick=4, full=4, low=2, high=64, doc="number of classes K"),
+                 Setting("D", "int", quick=5, full=5, low=2, high=256, doc="distinct tokens per class"),
+                 Setting("eta_Y", "float", quick=1.0, full=1.0, low=1e-4, high=100.0, doc="decoder learning rate"),
+                 Setting("eta_Z", "float", quick=5.0, full=5.0, low=1e-4, high=100.0,
+                         doc="attention learning rate")])
 def theorem23_ode(ctx):
-    K, D = 4, 5
+    K, D = ctx.setting("K"), ctx.setting("D")
     classes = _asymmetric_classes(ctx.rng, K, D)
     M, m = classes.M, classes.psi[0]
-    eta_Y, eta_Z = 1.0, 5.0
+    eta_Y, eta_Z = ctx.setting("eta_Y"), ctx.setting("eta_Z")
     ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e5, 200)])
     Zs, B, vel, xi = _integrate_r5(classes, 1.0 / K, eta_Y, eta_Z, ts)
     z = Zs[:, m, :]

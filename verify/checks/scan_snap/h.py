@@ -106,10 +106,14 @@ def lemma7_gap(ctx):
        covers=["scan_snap.h.linear", "scan_snap.h.logarithmic", "scan_snap.h.continuous",
                "scan_snap.h.discrete", "scan_snap.speed.scan_end", "scan_snap.speed.crossing_time"],
        method="exact_flow",
-       title="Linear and logarithmic growth of h(t) and h*(s) against their error terms")
+       title="Linear and logarithmic growth of h(t) and h*(s) against their error terms",
+       settings=[Setting("M", "ints", quick=(10, 100, 1000, 10_000), full=(10, 100, 1000, 10_000), low=3,
+                         high=10**7, doc="vocabulary sizes M"),
+                 Setting("eta_Y", "floats", quick=(0.1, 1.0, 5.0), full=(0.1, 1.0, 5.0), low=1e-3, high=100.0,
+                         doc="decoder learning rates eta_Y")])
 def regimes(ctx):
-    Ms = (10, 100, 1000, 10_000)
-    etas = (0.1, 1.0, 5.0)
+    Ms = ctx.setting("M")
+    etas = ctx.setting("eta_Y")
     lin, log, lin_ctrl, log_ctrl, details = 0.0, 0.0, 0.0, 0.0, {}
     e_lin, e_log = 0.0, 0.0  # expected control statistics: wrong form vs the registered form
     for M in Ms:
@@ -125,8 +129,8 @@ def regimes(ctx):
         discrepancy=disc, tolerance=1.0,
         criterion="h(t) from eq. 45 against the linear form at t = 1e-5..1e-1 t_A (relative error <= u/M, "
                   "twice the second-order term u/(2M)) and the log form at t = 10..1e8 t_B (relative "
-                  "error <= twice the first-order term ((M-1) u + 1)/(M eta_Y t u)); M = 10..1e4, "
-                  "eta_Y = 0.1..5",
+                  f"error <= twice the first-order term ((M-1) u + 1)/(M eta_Y t u)); M = {Ms}, "
+                  f"eta_Y = {etas}",
         controls=[Control("linear form with M - 1 in place of M", lin_ctrl, 1.0, expected=e_lin),
                   Control("log form without M inside the log (Theorem 1(b)'s ln(eta_Y t))", log_ctrl, 1.0,
                           expected=e_log)],
