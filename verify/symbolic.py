@@ -27,6 +27,7 @@ import theory
 from theory.params import SAMPLE_RANGES
 
 from .registry import Control, Outcome, check
+from .settings import Setting
 from .stats import rel_err, rel_max
 
 __all__ = ["register_topic_checks", "sample_params", "mp_to_float", "output_scale"]
@@ -153,9 +154,11 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
         )
 
     @check(f"{topic}.high_precision", method="high_precision", covers=ids,
-           title="numpy functions agree with mpmath at 50 digits at random parameters")
+           title="numpy functions agree with mpmath at 50 digits at random parameters",
+           settings=[Setting("points", "int", quick=3, full=20, low=1, high=10**4,
+                             doc="random parameter points per record")])
     def high_precision(ctx):
-        points = ctx.pick(quick=3, full=20)
+        points = ctx.setting("points")
         worst, per_id, scales = 0.0, {}, {}
         for r in _records(topic):
             scales[r.id] = scale = output_scale(r, ctx.rng)
