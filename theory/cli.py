@@ -19,7 +19,8 @@ eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
     matrices as nested lists, vectors as lists, scalars as numbers. ``Lambda`` may be a
     D x D symmetric positive-definite matrix or a list of its eigenvalues. With
     ``--backend mpmath`` the value is computed at ``--dps`` significant digits and printed
-    as strings of that precision.
+    as strings of that precision; the JSON numbers are then read as the decimals they spell
+    (``0.1`` is 1/10 to ``--dps`` digits, not the float64 nearest to it).
 cache info | cache clear
     Where the cache of emitted functions is (:mod:`theory.cache`: a later process loads a
     record's numeric function from it instead of deriving and emitting again), whether it is
@@ -385,16 +386,22 @@ def _wrap(text: str, indent: str = "", hang: str = "") -> str:
 
 
 # -- eval ---------------------------------------------------------------------------
-def _parse_params(text: str) -> dict:
+def _parse_params(text: str, exact: bool = False) -> dict:
+    """The ``--json`` object. ``exact`` (``--backend mpmath``): JSON numbers with a fraction or an
+    exponent are read as ``decimal.Decimal`` (the decimal text exactly; integers are exact
+    anyway), so that the mpmath backend gets ``0.1`` as 1/10 at ``--dps`` digits, not as the
+    float64 nearest to it."""
+    from decimal import Decimal
+
     try:
-        params = json.loads(text)
+        params = json.loads(text, parse_float=Decimal if exact else None)
     except json.JSONDecodeError as exc:
         raise _UsageError(f"--json: malformed JSON ({exc})") from None
     except RecursionError:
         raise _UsageError("--json: nested too deeply") from None
     if not isinstance(params, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null",
-                int: "a number", float: "a number"}.get(type(params), "a value")
+                int: "a number", float: "a number", Decimal: "a number"}.get(type(params), "a value")
         raise _UsageError(f"--json: expected a JSON object of parameters such as "
                           f"'{{\"Lambda\": [1, 0.5], \"N\": 5}}', got {kind}: "
                           f"{text.strip()[:60]}")
@@ -405,7 +412,7 @@ def _cmd_eval(args, out) -> int:
     import theory
 
     cf = theory.get(args.id)
-    params = _parse_params(args.params)
+    params = _parse_params(args.params, exact=args.backend == "mpmath")
     if args.backend == "mpmath":
         import mpmath
 

@@ -48,6 +48,16 @@ Torch tensors
     become float64, floating ones keep their dtype and device. The numpy and mpmath backends,
     and the ``domain`` checks of a record, see the detached values (:func:`detached_values`).
 
+mpmath backend
+    :meth:`Param.validate_exact` (what ``ClosedForm.__call__`` uses with ``backend="mpmath"``) also
+    takes ``mpmath.mpf``, ``fractions.Fraction``, ``decimal.Decimal`` and decimal strings
+    (``"0.1"``, ``"1e-30"``, ``"1/3"``), alone or as entries of (nested) lists, and an
+    ``mpmath.matrix``: each is read as the rational number it denotes and rounded once to the
+    working precision, so no value passes through float64. The checks (positivity, symmetry and
+    positive-definiteness, integer indices, a record's ``domain``) are decided on a float64 copy;
+    an integral value stays an exact Python ``int`` there (an index may be given as ``"12"`` or
+    ``Fraction(12)``).
+
 Refused for every kind, naming the parameter: values that are not real numbers (booleans,
 also inside lists, where numpy would read ``True`` as 1.0; strings, also numeric ones such as
 ``"5"``; ``None``, which numpy would read as NaN; dicts, i.e. JSON objects; dates; complex
@@ -61,6 +71,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -128,6 +140,15 @@ class Param:
         """
         check = _VALIDATORS[self.kind]
         return check(self, value, dims)
+
+    def validate_exact(self, value: Any, dims: dict[str, int]) -> tuple[Any, Any]:
+        """:meth:`validate` for the mpmath backend: ``(checked, exact)``. ``checked`` is what
+        :meth:`validate` returns for a float64 copy of ``value`` (decimal strings, ``Fraction``,
+        ``Decimal`` and ``mpmath.mpf`` entries read as the nearest float, integers kept), on which
+        every check is decided; ``exact`` is ``value`` itself at the working precision
+        (``mpmath.mp.prec``), normalised the same way (module docstring, "mpmath backend")."""
+        checked = self.validate(_checked_copy(self, value), dims)
+        return checked, _mp_exact(self, value, checked)
 
     def describe(self) -> str:
         what = {
@@ -394,6 +415,159 @@ def torch_diag(t: Any) -> Any:
     import torch
 
     return torch.diag_embed(t)
+
+
+# -- exact values for the mpmath backend -------------------------------------------------------
+#: Scalar types the mpmath backend takes exactly (besides ``int`` and ``float``): read as the
+#: rational number they denote and rounded once, to the working precision (``mpmath.mp.prec``).
+_EXACT_TYPES = (Fraction, Decimal, str)
+
+#: Kinds whose mpmath value is one ``mpf`` (the mpmath backend takes no arrays for them).
+_SCALAR_KINDS = ("positive", "nonnegative", "real")
+
+
+def _is_exact_scalar(x: Any) -> bool:
+    """Whether ``x`` is a scalar given in a type the float64 path would round or refuse (a decimal
+    string, ``Fraction``, ``Decimal``, ``mpmath.mpf``); ``int`` and ``float`` are not (exact as
+    they are)."""
+    return isinstance(x, _EXACT_TYPES) or _is_mpmath(x) and not hasattr(x, "rows")
+
+
+def _is_mpmath(x: Any) -> bool:
+    return type(x).__module__.startswith("mpmath")
+
+
+def _listed(value: Any) -> Any:
+    """An ``mpmath.matrix`` as nested lists of its entries (a column as a flat list); anything
+    else unchanged."""
+    if _is_mpmath(value) and hasattr(value, "rows"):
+        rows = value.tolist()
+        return [r[0] for r in rows] if value.cols == 1 else rows
+    return value
+
+
+#: Decimal exponents an exact input may have: beyond float64's largest (about 1e308) it is refused
+#: like any number beyond float64; below ``-_MIN_EXP`` it is refused too (reading such a
+#: number exactly would build integers of millions of digits).
+_MAX_EXP, _MIN_EXP = 400, 100_000
+
+
+def _rational(p: Param, x: Any) -> Fraction:
+    """The rational number ``x`` denotes (``Fraction``, ``Decimal``, ``mpmath.mpf``, a decimal
+    string such as ``"0.1"`` or ``"1e-30"``, or ``"1/3"``); ``ValueError`` naming ``p`` for a
+    string that is not a number, NaN, infinity, a complex ``mpc``, or a decimal exponent beyond
+    float64 (or below -100000)."""
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, str) and "/" in x:
+        try:
+            return Fraction(x.strip())
+        except (ValueError, ZeroDivisionError):
+            pass
+    elif isinstance(x, (str, Decimal)):
+        try:
+            d = Decimal(x.strip()) if isinstance(x, str) else x
+        except InvalidOperation:
+            d = None
+        if d is not None and d.is_finite():
+            _in_range(p, x, d.adjusted() if d else 0)
+            return Fraction(d)
+    else:
+        import mpmath
+
+        if isinstance(x, mpmath.mpf) and mpmath.isfinite(x):
+            man, exp = x.man_exp
+            _in_range(p, x, int(mpmath.mag(x) * 0.30103) if man else 0)  # decimal exponent, roughly
+            return Fraction(man) * Fraction(2) ** exp
+    if isinstance(x, str):
+        raise _fail(p, f"expected real numbers, got a string that is not a decimal number: {_short(x)}")
+    raise _fail(p, f"expected finite real numbers, got {_short(x)}")
+
+
+def _in_range(p: Param, x: Any, exponent: int) -> None:
+    """``ValueError`` naming ``p`` where the decimal ``exponent`` of ``x`` is beyond
+    :data:`_MAX_EXP` or below ``-``:data:`_MIN_EXP`."""
+    if exponent > _MAX_EXP:
+        raise _fail(p, f"too large for float64 (at most about 1.8e308), got {_short(x)}")
+    if exponent < -_MIN_EXP:
+        raise _fail(p, f"too small (a decimal exponent below -{_MIN_EXP}), got {_short(x)}")
+
+
+def _checked_copy(p: Param, value: Any) -> Any:
+    """``value`` with every exactly given scalar (:func:`_is_exact_scalar`) replaced by the copy
+    the float64 checks read: an ``int`` where it is an integer below 2**64 (so that an index
+    stays exact), else the nearest float (the smallest subnormal, signed, for a nonzero value that
+    float64 rounds to zero); ``ValueError`` naming ``p`` beyond float64. Lists,
+    tuples and object arrays are copied element by element; anything else is left to the checks."""
+    value = _listed(value)
+    if _is_exact_scalar(value):
+        q = _rational(p, value)
+        if q.denominator == 1 and abs(q) < 2**64:
+            return int(q)
+        try:
+            x = float(q)
+        except OverflowError:
+            raise _fail(p, f"too large for float64 (at most about 1.8e308), got {_short(value)}") from None
+        # below float64's smallest subnormal: keep the sign, so that a positivity check holds
+        return math.copysign(5e-324, q) if x == 0 and q != 0 else x
+    if isinstance(value, np.ndarray) and value.dtype.kind == "O":
+        return [_checked_copy(p, v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_checked_copy(p, v) for v in value]
+    return value
+
+
+def _mp_number(p: Param, x: Any):
+    """One scalar as an ``mpmath.mpf``, rounded once to the working precision: ``int``, ``float``
+    and numpy numbers as they are, the types of :func:`_is_exact_scalar` as the rational number
+    they denote (no float64 round trip)."""
+    import mpmath
+    from mpmath.libmp import from_rational, round_nearest
+
+    if _is_exact_scalar(x):
+        q = _rational(p, x)
+        return mpmath.mpf(from_rational(q.numerator, q.denominator, mpmath.mp.prec, round_nearest))
+    if isinstance(x, (int, np.integer)):
+        return mpmath.mpf(int(x))
+    return mpmath.mpf(float(x))
+
+
+def _mp_entries(p: Param, value: Any) -> Any:
+    """``value`` (a scalar, a nested list, a numpy array or a torch tensor) as nested lists of
+    :func:`_mp_number` entries."""
+    value = _listed(value)
+    if _is_torch(value):
+        value = _detached(value)
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_mp_entries(p, v) for v in value]
+    return _mp_number(p, value)
+
+
+def _mp_exact(p: Param, value: Any, checked: Any) -> Any:
+    """The mpmath backend's value of parameter ``p``: the input ``value`` at the working precision,
+    normalised like ``checked`` (what :meth:`Param.validate` returned for the float64 copy):
+    scalars as ``mpmath.mpf``, a covariance as a symmetric ``mpmath.matrix`` (the diagonal
+    matrix of a list of eigenvalues, the symmetric part ``(A + A^T)/2`` of a matrix), a matrix
+    as an ``mpmath.matrix``, a vector as a ``D x 1`` one, steps as a tuple of ``mpf``; indices
+    and subsets as validated (Python integers)."""
+    import mpmath
+
+    if p.kind in ("index", "subset"):
+        return checked
+    entries = _mp_entries(p, value)
+    if p.kind == "steps":
+        return tuple(entries)
+    if p.kind in _SCALAR_KINDS:
+        return entries
+    if p.kind == "vector":
+        flat = [e[0] if isinstance(e, list) else e for e in entries]
+        return mpmath.matrix(flat)
+    if p.kind == "covariance" and not isinstance(entries[0], list):
+        return mpmath.diag(entries)
+    A = mpmath.matrix(entries)
+    return (A + A.T) / 2 if p.kind == "covariance" else A
 
 
 def detached_values(values: dict) -> dict:

@@ -81,15 +81,17 @@ class ClosedForm:
         ``derived(values, dims, backend) -> dict``: values of auxiliary symbols computed from the
         parameters (e.g. the projector ``P`` onto chosen eigen-directions of Lambda), passed
         to the emitted function after the parameters, in the order of ``derived_names``;
-        computed in ``backend`` (with mpmath at the working precision, so that a
-        high-precision value is not built on float64 intermediates).
+        computed in ``backend`` (with mpmath at the working precision, from the exact values of
+        :meth:`validate` (``mpmath.mpf``, ``mpmath.matrix``), e.g. eigen-projectors by
+        ``mpmath.eigsy``, so that a high-precision value is not built on float64 intermediates).
     derived_names : tuple of str
         Names (in the topic's symbol table, :attr:`symbols`) of the auxiliary symbols.
     evaluate : callable or None
         ``evaluate(backend, values, dims) -> value`` for a record defined by a recursion or an
         implicit equation that no emitted expression evaluates (e.g. iterating a sequence to
-        step ``s``): used in place of the emitted function; ``expr`` then states the defining
-        relation (an ``Eq``) and the printed form is compared against that relation.
+        step ``s``; with mpmath, ``values`` holds the exact ``mpmath.mpf`` values): used in place
+        of the emitted function; ``expr`` then states the defining relation (an ``Eq``) and the
+        printed form is compared against that relation.
     example : dict or None
         A parameter point that shows the record at work; for an erratum whose printed form
         differs only on special points (e.g. boundary values of a limit), a point where the two
@@ -251,8 +253,14 @@ class ClosedForm:
             cache.store(self, backend, form, fn)
         return fn
 
-    def validate(self, kwargs: dict) -> tuple[dict, dict]:
-        """Check names and values; return ``(values, dims)``. Raises ``ValueError``."""
+    def validate(self, kwargs: dict, backend: str = "numpy") -> tuple[dict, dict]:
+        """Check names and values; return ``(values, dims)``. Raises ``ValueError``.
+
+        ``backend="mpmath"``: the values returned are the exact ones at the working precision
+        (:meth:`theory.params.Param.validate_exact`: ``mpmath.mpf`` scalars, ``mpmath.matrix``
+        matrices and vectors), while every check, ``domain`` included, is decided on float64
+        copies; a scalar parameter given as an array is refused (the mpmath backend is not
+        vectorised). Otherwise the normalised float64 values (or torch tensors)."""
         names = self.param_names
         missing = [n for n in names if n not in kwargs]
         if missing:
@@ -264,11 +272,23 @@ class ClosedForm:
                              f"(expects {', '.join(names)})")
         dims: dict = {}
         order = sorted(self.params, key=lambda p: p.kind != "covariance")
-        values = {p.name: p.validate(kwargs[p.name], dims) for p in order}
+        exact = None
+        if backend == "mpmath":
+            pairs = {p.name: p.validate_exact(kwargs[p.name], dims) for p in order}
+            values = {n: checked for n, (checked, _) in pairs.items()}
+            exact = {p.name: pairs[p.name][1] for p in self.params}
+        else:
+            values = {p.name: p.validate(kwargs[p.name], dims) for p in order}
         _check_broadcast(self.params, values)
+        if exact is not None:
+            import numpy as np
+
+            for p in self.params:
+                if p.kind in SCALAR_KINDS and np.ndim(detached_values(values)[p.name]) > 0:
+                    raise ValueError(f"{p.name}: the mpmath backend takes scalars, not arrays")
         if self.domain is not None:
             self.domain(detached_values(values), dims)
-        return values, dims
+        return (exact if exact is not None else values), dims
 
     def __call__(self, backend: str = "numpy", *, printed: bool = False, **kwargs):
         """Evaluate at the given parameters.
@@ -281,22 +301,31 @@ class ClosedForm:
             dtype of the tensor parameters (float32 in, float32 out); autograd flows through
             every tensor parameter, matrices included (see :meth:`_call_torch`). Tensors given
             to numpy or mpmath are read as detached values.
+
+            mpmath is exact in its inputs: a scalar, or an entry of a (nested) list given for a
+            matrix, vector or steps parameter, may be an ``int``, a ``float``, an
+            ``mpmath.mpf``, a ``fractions.Fraction``, a ``decimal.Decimal`` or a decimal string
+            (``"0.1"``, ``"1e-30"``, ``"1/3"``), and a matrix may be an ``mpmath.matrix``. Each
+            is taken as the number it denotes, rounded once to the working precision: no
+            value passes through float64 (``"0.1"`` is 1/10 to ``mp.dps`` digits, the float
+            ``0.1`` is 0.1000000000000000055...). The checks (positivity, a symmetric
+            positive-definite covariance, integer indices, the record's ``domain``) are decided
+            on float64 copies; what is computed is the exact input. Derived values (the
+            eigen-projectors of a covariance by ``mpmath.eigsy``, inverses by
+            ``mpmath.inverse``) are computed from it at the working precision too, so a value
+            at ``mp.dps = 50`` is right to about 50 digits (less the conditioning of the
+            closed form itself). numpy and torch read every input as float64 (strings are
+            refused there).
         printed : bool
             Evaluate the paper's printed form instead of the derived one (to show an
             erratum numerically).
         **kwargs
             One value per parameter (see :attr:`params`).
         """
-        values, dims = self.validate(kwargs)
+        values, dims = self.validate(kwargs, backend)
         if backend == "torch":
             return self._call_torch(values, dims, printed)
         values = detached_values(values)
-        if backend == "mpmath":
-            import numpy as np
-
-            for p in self.params:
-                if p.kind in SCALAR_KINDS and np.ndim(values[p.name]) > 0:
-                    raise ValueError(f"{p.name}: the mpmath backend takes scalars, not arrays")
         if self.evaluate is not None and not printed:
             if backend not in ("numpy", "mpmath", "torch"):
                 raise ValueError(f"backend: expected numpy, mpmath or torch, got {backend!r}")

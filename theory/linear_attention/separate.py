@@ -77,9 +77,10 @@ def projector(Lam: np.ndarray, S, backend: str = "numpy"):
     projector onto a sum of eigenspaces); torch's ``eigh`` backward needs all eigenvalues
     distinct, so at a Lambda with a repeated eigenvalue the gradient is not finite.
 
-    ``backend="mpmath"``: an ``mpmath.matrix`` from ``mpmath.eigsy`` at the working precision
-    (Lambda's float64 entries taken exactly), so that the mpmath backend's records built on
-    P are right to that precision rather than to float64's.
+    ``backend="mpmath"``: an ``mpmath.matrix`` from ``mpmath.eigsy`` at the working precision,
+    of ``Lam`` as the mpmath backend gives it (an ``mpmath.matrix`` of the exact input; a float64
+    array is taken entry by entry exactly), so that the mpmath backend's records built on P are
+    right to that precision rather than to float64's.
     """
     cols = [d - 1 for d in S]
     if type(Lam).__module__.startswith("torch"):
@@ -89,7 +90,9 @@ def projector(Lam: np.ndarray, S, backend: str = "numpy"):
         return V[:, cols] @ V[:, cols].T
     import mpmath
 
-    w, V = mpmath.eigsy(mpmath.matrix(np.asarray(Lam, dtype=float).tolist()))
+    if not isinstance(Lam, mpmath.matrix):
+        Lam = mpmath.matrix(np.asarray(Lam, dtype=float).tolist())
+    w, V = mpmath.eigsy(Lam)
     order = sorted(range(len(w)), key=lambda i: -w[i])
     n = V.rows
     P = mpmath.zeros(n, n)
