@@ -296,7 +296,11 @@ class ClosedForm:
         Parameters
         ----------
         backend : {"numpy", "mpmath", "torch"}
-            numpy: float64, vectorised over scalar array parameters; mpmath: at the
+            numpy: float64, vectorised over scalar array parameters (a grid): arrays given
+            for scalar parameters (``t``, ``N``, ``w_init``, ...) broadcast together by numpy's
+            rules, and the value has their broadcast shape, followed by ``(D, D)`` or ``(n,)``
+            for a matrix or vector record (one per grid point); matrix and vector parameters
+            take one value per call. mpmath: at the
             current ``mpmath.mp.dps``; torch: tensors, computed in float64, returned in the
             dtype of the tensor parameters (float32 in, float32 out); autograd flows through
             every tensor parameter, matrices included (see :meth:`_call_torch`). Tensors given
@@ -326,6 +330,36 @@ class ClosedForm:
         if backend == "torch":
             return self._call_torch(values, dims, printed)
         values = detached_values(values)
+        if backend == "numpy":
+            import numpy as np
+
+            grid = self.grid_shape(values)
+            if grid and self.output != "scalar":  # one matrix (vector) per grid point, stacked
+                points = [self._value({n: (np.broadcast_to(v, grid)[i] if self._on_grid(n, v) else v)
+                                       for n, v in values.items()}, dims, backend, printed)
+                          for i in np.ndindex(grid)]
+                return np.stack(points).reshape(grid + np.shape(points[0]))
+            out = self._value(values, dims, backend, printed)
+            if grid and np.shape(out) != grid:  # a value constant along some of the grid's axes
+                out = np.broadcast_to(out, grid).copy()
+            return out
+        return self._value(values, dims, backend, printed)
+
+    def grid_shape(self, values: dict) -> tuple:
+        """The broadcast shape of the arrays given for scalar parameters (``()`` when none is an
+        array): the shape of a numpy value, followed by ``(D, D)`` or ``(n,)`` for a matrix or
+        vector record."""
+        import numpy as np
+
+        return tuple(np.broadcast_shapes(*(np.shape(values[p.name]) for p in self.params if p.kind in SCALAR_KINDS)))
+
+    def _on_grid(self, name: str, value) -> bool:
+        import numpy as np
+
+        return any(p.name == name and p.kind in SCALAR_KINDS for p in self.params) and np.ndim(value) > 0
+
+    def _value(self, values: dict, dims: dict, backend: str, printed: bool):
+        """The value at validated ``values`` (the emitted function, or the record's ``evaluate``)."""
         if self.evaluate is not None and not printed:
             if backend not in ("numpy", "mpmath", "torch"):
                 raise ValueError(f"backend: expected numpy, mpmath or torch, got {backend!r}")
