@@ -39,7 +39,9 @@ Measures
 8. with ``--quick-profile``: the wall time of ``python -m verify all`` (quick profile, seed 0)
    run serially and with ``--workers 2`` (each in a fresh interpreter, a fresh report folder),
    and their ratio; with ``--quick-profile --seeds N``, the same for seeds ``0..N-1``.
-9. a cold ``python -m theory eval`` of a record with the derivation cache warm and with it off.
+9. a cold ``python -m theory eval`` of a record with the derivation cache warm and with it off;
+10. ``linear_attention.merged.sigma`` on a grid of 10^4 times: one call on the array against a
+    loop of calls.
 """
 
 from __future__ import annotations
@@ -377,6 +379,29 @@ def bench_quick_profile(seeds: int = 1) -> dict:
     return out
 
 
+#: The grid of :func:`bench_grid`: eq. 10's sigma(t) of the merged model at this many times t.
+GRID_POINTS = 10_000
+
+
+def bench_grid() -> dict:
+    """``linear_attention.merged.sigma`` at :data:`GRID_POINTS` times: one call with an array of t
+    against a Python loop of one call per t (same values)."""
+    import theory
+
+    cf = theory.get("linear_attention.merged.sigma")
+    at = dict(tau=1.0, D=4, N=31, w_init=1e-3)
+    t = np.linspace(0.0, 20.0, GRID_POINTS)
+    cf(t=t, **at)  # derive and emit first
+    t0 = time.perf_counter()
+    grid = cf(t=t, **at)
+    t_grid = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    loop = np.array([cf(t=float(x), **at) for x in t])
+    t_loop = time.perf_counter() - t0
+    assert np.allclose(grid, loop, rtol=1e-13, atol=0)
+    return {"points": GRID_POINTS, "grid": t_grid, "loop": t_loop}
+
+
 def bench_cold_eval() -> dict:
     """A fresh ``python -m theory eval`` with the derivation cache warm, and with it off."""
     import subprocess
@@ -451,6 +476,7 @@ def main(argv=None) -> int:
             torch_too=not args.skip_torch, device=args.device),
         "gdpp": None if args.skip_torch or args.skip_gdpp else bench_gdpp(args.gdpp_steps),
         "cold_eval": bench_cold_eval(),
+        "grid": bench_grid(),
         "quick_profile": bench_quick_profile(args.seeds) if args.quick_profile else None,
     }
     if args.json:
@@ -516,6 +542,9 @@ def main(argv=None) -> int:
     ce = res["cold_eval"]
     rows.append(("cold python -m theory eval (merged.sigma), derivation cache warm / off",
                  f"{ce['cache_warm']:.2f} s / {ce['cache_off']:.2f} s"))
+    gr = res["grid"]
+    rows.append((f"merged.sigma at {gr['points']} times t: one call on the array / a loop of calls",
+                 f"{gr['grid'] * 1e3:.2f} ms / {gr['loop'] * 1e3:.0f} ms"))
     qp = res["quick_profile"]
     if qp is not None:
         head = f"python -m verify all, quick profile, {qp['seeds']} seed(s)"
