@@ -12,14 +12,19 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
+from verify.settings import Setting
 
 
 @check("linear_attention.merged.large_context_limit", method="high_precision",
        covers=["linear_attention.merged.converged_matrix_limit", "linear_attention.merged.converged_matrix"],
-       title="M*(N) tends to Lambda^{-1} with error decaying as 1/N (§3.4)")
+       title="M*(N) tends to Lambda^{-1} with error decaying as 1/N (§3.4)",
+       settings=[Setting("spectrum", "spectrum", quick=(0.4, 0.3, 0.2, 0.1), full=(0.4, 0.3, 0.2, 0.1),
+                         doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
+                 Setting("D", "int", quick=4, full=4, low=1, high=64,
+                         doc="token dimension for a white or power spectrum (a list fixes D)")])
 def large_context_limit(ctx):
-    Lam_eigs = np.array([0.4, 0.3, 0.2, 0.1])
-    q, _ = np.linalg.qr(ctx.rng.standard_normal((4, 4)))
+    Lam_eigs = np.array(ctx.setting("spectrum").eigenvalues(ctx.setting("D")))
+    q, _ = np.linalg.qr(ctx.rng.standard_normal((Lam_eigs.size, Lam_eigs.size)))
     Lam = (q * Lam_eigs) @ q.T
     limit = theory.get("linear_attention.merged.converged_matrix_limit")(Lambda=Lam)
     Ns = np.logspace(3, 9, 7)
