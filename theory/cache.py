@@ -191,9 +191,29 @@ def key(cf, backend: str, form: str, *, version: str | None = None) -> str | Non
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _path(base: Path, cf, backend: str, form: str, digest: str) -> Path:
+def _path(base: Path, cf, backend: str, form: str, digest: str, suffix: str = _SUFFIX) -> Path:
     safe = re.sub(r"[^\w.\-]", "_", cf.id)
-    return base / f"{safe}.{backend}.{form}.{digest}{_SUFFIX}"
+    return base / f"{safe}.{backend}.{form}.{digest}{suffix}"
+
+
+def _write(base: Path, path: Path, data: bytes) -> Path | None:
+    """Write ``data`` to ``path`` in ``base`` atomically (a temporary file moved into place); the
+    path, or None when the folder cannot be written."""
+    tmp = None
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=path.suffix, dir=base)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return path
+    except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return None
 
 
 # -- the namespace of an emitted function ---------------------------------------------
@@ -384,27 +404,7 @@ def store(cf, backend: str, form: str, fn: Callable) -> Path | None:
     spec, submodules = found
     entry = {"format": FORMAT, "key": digest, "id": cf.id, "backend": backend, "form": form,
              "funcname": code.co_name, "source": source, "globals": spec, "submodules": submodules}
-    path = _path(base, cf, backend, form, digest)
-    tmp = None
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".json", dir=base)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(entry, f)
-        os.replace(tmp, path)
-        return path
-    except OSError:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        return None
-
-
-def _expr_path(base: Path, cf, form: str, digest: str) -> Path:
-    safe = re.sub(r"[^\w.\-]", "_", cf.id)
-    return base / f"{safe}.sympy.{form}.{digest}{_EXPR_SUFFIX}"
+    return _write(base, _path(base, cf, backend, form, digest), json.dumps(entry).encode("utf-8"))
 
 
 def load_expr(cf, form: str):
@@ -419,7 +419,7 @@ def load_expr(cf, form: str):
     if digest is None:
         return None
     try:
-        with open(_expr_path(base, cf, form, digest), "rb") as f:
+        with open(_path(base, cf, "sympy", form, digest, _EXPR_SUFFIX), "rb") as f:
             entry = pickle.load(f)
         if entry.get("format") != FORMAT or entry.get("key") != digest or entry.get("id") != cf.id:
             return None
@@ -444,22 +444,7 @@ def store_expr(cf, form: str, expr) -> Path | None:
         data = pickle.dumps({"format": FORMAT, "key": digest, "id": cf.id, "form": form, "expr": expr})
     except Exception:
         return None
-    tmp = None
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=_TEMP_PREFIX, suffix=".pickle", dir=base)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        path = _expr_path(base, cf, form, digest)
-        os.replace(tmp, path)
-        return path
-    except OSError:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        return None
+    return _write(base, _path(base, cf, "sympy", form, digest, _EXPR_SUFFIX), data)
 
 
 # -- info and clear -------------------------------------------------------------------

@@ -277,7 +277,11 @@ def _covariance(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
         _covariance(p, _detached(value), dims)
         t = _torch_float(value)
         # the graph is kept: eigenvalues -> diagonal matrix, a matrix -> its symmetric part
-        return torch_diag(t) if t.ndim == 1 else 0.5 * (t + t.transpose(-1, -2))
+        if t.ndim == 1:
+            import torch
+
+            return torch.diag_embed(t)
+        return 0.5 * (t + t.transpose(-1, -2))
     arr = _as_float_array(p, value)
     if arr.ndim == 1:
         if arr.size == 0:
@@ -410,20 +414,14 @@ def _torch_float(value: Any) -> Any:
     return value if value.is_floating_point() else value.to(torch.float64)
 
 
-def torch_diag(t: Any) -> Any:
-    """The diagonal matrix of a 1-d tensor of eigenvalues, in the autograd graph of ``t``."""
-    import torch
-
-    return torch.diag_embed(t)
-
-
 # -- exact values for the mpmath backend -------------------------------------------------------
 #: Scalar types the mpmath backend takes exactly (besides ``int`` and ``float``): read as the
 #: rational number they denote and rounded once, to the working precision (``mpmath.mp.prec``).
 _EXACT_TYPES = (Fraction, Decimal, str)
 
-#: Kinds whose mpmath value is one ``mpf`` (the mpmath backend takes no arrays for them).
-_SCALAR_KINDS = ("positive", "nonnegative", "real")
+#: Parameter kinds that take a scalar or, for vectorised numpy evaluation, an array (with the mpmath
+#: backend: one ``mpf``).
+SCALAR_KINDS = ("positive", "nonnegative", "real")
 
 
 def _is_exact_scalar(x: Any) -> bool:
@@ -559,7 +557,7 @@ def _mp_exact(p: Param, value: Any, checked: Any) -> Any:
     entries = _mp_entries(p, value)
     if p.kind == "steps":
         return tuple(entries)
-    if p.kind in _SCALAR_KINDS:
+    if p.kind in SCALAR_KINDS:
         return entries
     if p.kind == "vector":
         flat = [e[0] if isinstance(e, list) else e for e in entries]
@@ -585,7 +583,7 @@ def detached_values(values: dict) -> dict:
 
 def _subset(p: Param, value: Any, dims: dict[str, int]) -> tuple[int, ...]:
     if _is_torch(value):
-        value = value.detach().cpu().numpy()
+        value = _detached(value)
     if isinstance(value, np.ndarray) and value.ndim != 1:
         raise _fail(p, f"expected a list of indices, got an array of shape {value.shape}")
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
@@ -601,7 +599,7 @@ def _subset(p: Param, value: Any, dims: dict[str, int]) -> tuple[int, ...]:
 
 def _steps(p: Param, value: Any, dims: dict[str, int]) -> tuple[float, ...]:
     if _is_torch(value):
-        value = value.detach().cpu().numpy()
+        value = _detached(value)
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise _fail(p, f"expected a list of 1 to {p.high} numbers, got {value!r}")
     arr = _as_float_array(p, value)

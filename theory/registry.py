@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable
 
-from .params import Param, detached_values
+from .params import SCALAR_KINDS, Param, detached_values
 
 __all__ = ["ClosedForm", "register", "get", "ids", "records", "import_package", "STATUSES"]
 
@@ -280,14 +280,15 @@ class ClosedForm:
         else:
             values = {p.name: p.validate(kwargs[p.name], dims) for p in order}
         _check_broadcast(self.params, values)
+        plain = detached_values(values)
         if exact is not None:
             import numpy as np
 
             for p in self.params:
-                if p.kind in SCALAR_KINDS and np.ndim(detached_values(values)[p.name]) > 0:
+                if p.kind in SCALAR_KINDS and np.ndim(plain[p.name]) > 0:
                     raise ValueError(f"{p.name}: the mpmath backend takes scalars, not arrays")
         if self.domain is not None:
-            self.domain(detached_values(values), dims)
+            self.domain(plain, dims)
         return (exact if exact is not None else values), dims
 
     def __call__(self, backend: str = "numpy", *, printed: bool = False, **kwargs):
@@ -335,7 +336,8 @@ class ClosedForm:
 
             grid = self.grid_shape(values)
             if grid and self.output != "scalar":  # one matrix (vector) per grid point, stacked
-                points = [self._value({n: (np.broadcast_to(v, grid)[i] if self._on_grid(n, v) else v)
+                on_grid = {p.name for p in self.params if p.kind in SCALAR_KINDS and np.ndim(values[p.name]) > 0}
+                points = [self._value({n: (np.broadcast_to(v, grid)[i] if n in on_grid else v)
                                        for n, v in values.items()}, dims, backend, printed)
                           for i in np.ndindex(grid)]
                 return np.stack(points).reshape(grid + np.shape(points[0]))
@@ -352,11 +354,6 @@ class ClosedForm:
         import numpy as np
 
         return tuple(np.broadcast_shapes(*(np.shape(values[p.name]) for p in self.params if p.kind in SCALAR_KINDS)))
-
-    def _on_grid(self, name: str, value) -> bool:
-        import numpy as np
-
-        return any(p.name == name and p.kind in SCALAR_KINDS for p in self.params) and np.ndim(value) > 0
 
     def _value(self, values: dict, dims: dict, backend: str, printed: bool):
         """The value at validated ``values`` (the emitted function, or the record's ``evaluate``)."""
@@ -419,10 +416,6 @@ class ClosedForm:
 
     def __repr__(self) -> str:
         return f"<ClosedForm {self.id} ({self.source}; {self.status})>"
-
-
-#: Parameter kinds that take a scalar or, for vectorised evaluation, an array.
-SCALAR_KINDS = ("positive", "nonnegative", "real")
 
 
 def _check_broadcast(params, values: dict) -> None:
