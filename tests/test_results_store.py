@@ -3,6 +3,7 @@ Dask cluster, and on a scheduler and workers started as separate processes on 12
 
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -171,6 +172,7 @@ def test_cli_store_and_resume(tmp_path, capsys):
 #: process, one only on its first try (it leaves a marker file), one on every try.
 _DYING = '''
 import os
+import time
 from pathlib import Path
 
 from verify.cli import registered_checks
@@ -182,11 +184,13 @@ MARKER = Path({marker!r})
 def dies_once(ctx):
     if not MARKER.exists():
         MARKER.write_text("died")
+        time.sleep(2.0)  # a worker that dies while its nanny is still starting takes the nanny down too
         os._exit(1)
     return Outcome(measured=1.0, predicted=1.0, discrepancy=0.0, tolerance=1.0, criterion="ran after a restart")
 
 
 def dies_always(ctx):
+    time.sleep(2.0)
     os._exit(1)
 
 
@@ -201,6 +205,7 @@ register()
 '''
 
 
+@pytest.mark.timeout(180)
 def test_a_task_whose_worker_dies_is_retried(tmp_path):
     """The worker running a task dies (``os._exit``); its nanny starts a new one and the task runs
     again there. A task that kills every worker it lands on comes back as a lost result."""
@@ -230,19 +235,17 @@ def test_a_task_whose_worker_dies_is_retried(tmp_path):
         procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
                                        "--no-dashboard", "--preload", str(preload)],
                                       cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+                                      stderr=subprocess.DEVNULL, start_new_session=True))
         # one after the other: a task queued on a worker that another task kills counts that death too
         once, = execute([Task("tmp_topic.worker.dies_once", 0)], scheduler=address)
         always, = execute([Task("tmp_topic.worker.dies_always", 0)], scheduler=address)
     finally:
+        # a nanny that is restarting its worker can ignore SIGTERM: the worker's whole process group goes
+        procs[0].terminate()
+        if len(procs) > 1:
+            os.killpg(procs[1].pid, signal.SIGKILL)
         for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(30)
+            p.wait(30)
         for id in ("tmp_topic.worker.dies_once", "tmp_topic.worker.dies_always"):
             registry._CHECKS.pop(id, None)
     assert marker.read_text() == "died"  # the first try killed its worker
