@@ -1,6 +1,7 @@
 """The results store (verify.results) and where checks run (verify.execute): serially, on a local
 Dask cluster, and on a scheduler and workers started as separate processes on 127.0.0.1."""
 
+import contextlib
 import math
 import os
 import signal
@@ -107,6 +108,38 @@ def test_resume_runs_only_what_is_not_stored(tmp_path, monkeypatch):
     assert _summary(again) == _summary(execute(tasks))
 
 
+@contextlib.contextmanager
+def _dask_processes(tmp_path, n_workers: int, *, env=None, preload=None):
+    """A ``dask scheduler`` and ``n_workers`` ``dask worker`` processes on 127.0.0.1; yields the
+    scheduler's address. At the end the workers' process groups are killed (a nanny that is
+    restarting its worker can ignore SIGTERM)."""
+    import json
+
+    dask = str(Path(sys.executable).parent / "dask")
+    sched_file = tmp_path / "scheduler.json"
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                               "--scheduler-file", str(sched_file)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env)]
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        extra = ["--preload", str(preload)] if preload else []
+        for _ in range(n_workers):
+            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
+                                           "--no-dashboard", *extra], cwd=Path(__file__).resolve().parents[1],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
+        yield address
+    finally:
+        procs[0].terminate()
+        for p in procs[1:]:
+            os.killpg(p.pid, signal.SIGKILL)
+        for p in procs:
+            p.wait(30)
+
+
 def test_serial_local_cluster_and_remote_scheduler_agree(tmp_path):
     """The same tasks give the same results serially, on --workers 2 and on a scheduler with two
     workers started as separate processes on 127.0.0.1."""
@@ -115,32 +148,9 @@ def test_serial_local_cluster_and_remote_scheduler_agree(tmp_path):
     assert all(p for _, _, p, _ in serial)
     local = _summary(execute(tasks, workers=2))
     assert local == serial
-    dask = str(Path(sys.executable).parent / "dask")
-    sched_file = tmp_path / "scheduler.json"
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(sched_file)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)]
-    try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        import json
-
-        address = json.loads(sched_file.read_text())["address"]
+    with _dask_processes(tmp_path, 2) as address:
         assert address.startswith("tcp://127.0.0.1:")
-        for _ in range(2):
-            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
-                                           "--no-dashboard"], stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL))
         remote = _summary(execute(tasks, scheduler=address))
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
     assert remote == serial
 
 
@@ -149,7 +159,10 @@ def test_execute_refuses_bad_arguments():
         execute([], workers=2, scheduler="tcp://127.0.0.1:1")
     with pytest.raises(ValueError, match="^--workers: expected an integer >= 1"):
         execute([], workers=0)
-    with pytest.raises(ValueError, match="^--scheduler: cannot reach"):
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}), \
+            pytest.raises(ValueError, match="^--scheduler: cannot reach"):
         execute([Task(FAST[0], 0)], scheduler="tcp://127.0.0.1:9")
 
 
@@ -218,34 +231,14 @@ def test_a_task_whose_worker_dies_is_retried(tmp_path):
     preload.write_text(_DYING.format(marker=str(marker)))
     spec = importlib.util.spec_from_file_location("dying_checks", preload)
     spec.loader.exec_module(importlib.util.module_from_spec(spec))  # the same checks here
-    dask = str(Path(sys.executable).parent / "dask")
-    sched_file = tmp_path / "scheduler.json"
     # a task may kill 2 workers before the scheduler gives up on it (Dask's default: 4)
     env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
-    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                               "--scheduler-file", str(sched_file)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env=env)]
     try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        import json
-
-        address = json.loads(sched_file.read_text())["address"]
-        procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
-                                       "--no-dashboard", "--preload", str(preload)],
-                                      cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, start_new_session=True))
-        # one after the other: a task queued on a worker that another task kills counts that death too
-        once, = execute([Task("tmp_topic.worker.dies_once", 0)], scheduler=address)
-        always, = execute([Task("tmp_topic.worker.dies_always", 0)], scheduler=address)
+        with _dask_processes(tmp_path, 1, env=env, preload=preload) as address:
+            # one after the other: a task queued on a worker that another task kills counts that death too
+            once, = execute([Task("tmp_topic.worker.dies_once", 0)], scheduler=address)
+            always, = execute([Task("tmp_topic.worker.dies_always", 0)], scheduler=address)
     finally:
-        # a nanny that is restarting its worker can ignore SIGTERM: the worker's whole process group goes
-        procs[0].terminate()
-        if len(procs) > 1:
-            os.killpg(procs[1].pid, signal.SIGKILL)
-        for p in procs:
-            p.wait(30)
         for id in ("tmp_topic.worker.dies_once", "tmp_topic.worker.dies_always"):
             registry._CHECKS.pop(id, None)
     assert marker.read_text() == "died"  # the first try killed its worker

@@ -169,8 +169,10 @@ def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, r
         threads = per_worker
         client = Client(cluster)
     else:
-        try:
-            client = Client(scheduler, timeout="30s")
+        import dask
+
+        try:  # Dask's connect timeout (30 s unless configured)
+            client = Client(scheduler, timeout=dask.config.get("distributed.comm.timeouts.connect"))
         except OSError as exc:
             raise ValueError(f"--scheduler: cannot reach {scheduler!r} ({exc})") from None
     try:
