@@ -69,3 +69,58 @@ def test_grids_that_do_not_broadcast_are_refused():
     cf = theory.get("linear_attention.merged.sigma")
     with pytest.raises(ValueError, match="^(N|w_init|t|tau|D)"):
         cf(t=np.ones(3), tau=1.0, D=4, N=np.array([31, 32]), w_init=1e-3)
+
+
+MATRIX_RECORDS = [r for r in theory.records() if any(p.kind in ("matrix", "covariance") for p in r.params)]
+
+
+def _as_matrix(p, value):
+    """A covariance given as eigenvalues becomes its diagonal matrix (a stack holds matrices)."""
+    arr = np.asarray(value, dtype=float)
+    return np.diag(arr) if p.kind == "covariance" and arr.ndim == 1 else arr
+
+
+@pytest.mark.parametrize("cf", MATRIX_RECORDS, ids=lambda cf: cf.id)
+def test_a_stack_of_matrices_equals_the_loop(cf):
+    """Each matrix or covariance parameter given as a stack (S, D, D) gives the S values of the loop,
+    stacked along a leading axis, bit for bit (the same emitted function on the same matrices)."""
+    point = cf.example or sample_params(cf, np.random.default_rng(5))
+    for p in [p for p in cf.params if p.kind in ("matrix", "covariance")]:
+        base = _as_matrix(p, point[p.name])
+        # a symmetric positive nudge keeps a covariance positive definite and a matrix in its domain
+        stack = np.stack([base * s for s in (1.0, 1.1, 0.9)])
+        try:
+            expected = np.stack([np.asarray(cf(**dict(point, **{p.name: m}))) for m in stack])
+        except ValueError:
+            continue  # a nudged matrix leaves the record's domain here
+        got = np.asarray(cf(**dict(point, **{p.name: stack})))
+        assert got.shape == expected.shape, (p.name, got.shape, expected.shape)
+        np.testing.assert_array_equal(got, expected, err_msg=p.name)
+
+
+def test_a_stack_of_spectra_gives_the_saddle_loss_per_spectrum():
+    """The README's example: eq. 19's loss at the m-th saddle for 1,000 random spectra in one call."""
+    cf = theory.get("linear_attention.separate.saddle_loss")
+    rng = np.random.default_rng(0)
+    spectra = np.stack([np.diag(np.sort(rng.uniform(0.1, 1.0, 4))[::-1]) for _ in range(1000)])
+    got = cf(Lambda=spectra, N=31, m=2)
+    assert got.shape == (1000,)
+    for i in (0, 499, 999):
+        assert got[i] == cf(Lambda=spectra[i], N=31, m=2)
+
+
+def test_stacks_refuse_what_they_cannot_do():
+    cf = theory.get("linear_attention.merged.loss")
+    lam, M = np.eye(3), np.zeros((4, 3, 3))
+    with pytest.raises(ValueError, match=r"^M: a stack of matrices .* numpy backend"):
+        cf("torch", Lambda=lam, N=15, M=M)
+    with pytest.raises(ValueError, match=r"^M: a stack of 4 matrices does not match the 2 of Lambda"):
+        cf(Lambda=np.stack([lam, lam]), N=15, M=M)
+    with pytest.raises(ValueError, match=r"^Lambda: matrix is not positive definite \(item 1 of the stack\)"):
+        cf(Lambda=np.stack([lam, -lam]), N=15, M=M[:2])
+    with pytest.raises(ValueError, match=r"^M: dimension 2 does not match"):
+        cf(Lambda=lam, N=15, M=np.zeros((2, 2, 2)))
+    with pytest.raises(ValueError, match="^M: an empty stack"):
+        cf(Lambda=lam, N=15, M=np.zeros((0, 3, 3)))
+    with pytest.raises(ValueError, match=r"^tau: arrays of scalar parameters and stacks of matrices \(Lambda\)"):
+        theory.get("linear_attention.merged.plateau_time")(Lambda=np.stack([lam, lam]), tau=[1.0, 2.0], w_init=0.01)

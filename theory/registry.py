@@ -300,8 +300,9 @@ class ClosedForm:
             numpy: float64, vectorised over scalar array parameters (a grid): arrays given
             for scalar parameters (``t``, ``N``, ``w_init``, ...) broadcast together by numpy's
             rules, and the value has their broadcast shape, followed by ``(D, D)`` or ``(n,)``
-            for a matrix or vector record (one per grid point); matrix and vector parameters
-            take one value per call. mpmath: at the
+            for a matrix or vector record (one per grid point). A matrix or covariance parameter
+            given as a stack ``(S, D, D)`` gives ``S`` values along a leading axis
+            (:meth:`_call_stack`; not combined with arrays of scalars). mpmath: at the
             current ``mpmath.mp.dps``; torch: tensors, computed in float64, returned in the
             dtype of the tensor parameters (float32 in, float32 out); autograd flows through
             every tensor parameter, matrices included (see :meth:`_call_torch`). Tensors given
@@ -327,6 +328,9 @@ class ClosedForm:
         **kwargs
             One value per parameter (see :attr:`params`).
         """
+        stacked = _stacked_names(self.params, kwargs)
+        if stacked:
+            return self._call_stack(kwargs, stacked, backend, printed)
         values, dims = self.validate(kwargs, backend)
         if backend == "torch":
             return self._call_torch(values, dims, printed)
@@ -346,6 +350,45 @@ class ClosedForm:
                 out = np.broadcast_to(out, grid).copy()
             return out
         return self._value(values, dims, backend, printed)
+
+    def _call_stack(self, kwargs: dict, stacked: list[str], backend: str, printed: bool):
+        """:meth:`__call__` with stacks of matrices (numpy): ``kwargs[name]`` for each name in
+        ``stacked`` is an array of shape ``(S, D, D)``, one matrix (or covariance) per item; the value
+        has shape ``(S,)`` followed by the record's output shape, item ``i`` equal to the call with
+        the ``i``-th matrices. The other parameters are validated once, each item's matrices and
+        the record's ``domain`` per item."""
+        import numpy as np
+
+        if backend != "numpy":
+            raise ValueError(f"{stacked[0]}: a stack of matrices (shape (S, D, D)) is evaluated by the numpy "
+                             f"backend; with {backend}, give one matrix per call")
+        sizes = {n: len(kwargs[n]) for n in stacked}
+        first = stacked[0]
+        for n in stacked[1:]:
+            if sizes[n] != sizes[first]:
+                raise ValueError(f"{n}: a stack of {sizes[n]} matrices does not match the {sizes[first]} of {first}")
+        if sizes[first] == 0:
+            raise ValueError(f"{first}: an empty stack of matrices")
+        values, dims = self.validate({**kwargs, **{n: kwargs[n][0] for n in stacked}}, backend)
+        values = detached_values(values)
+        if self.grid_shape(values):
+            name = next(p.name for p in self.params if p.kind in SCALAR_KINDS and np.ndim(values[p.name]) > 0)
+            raise ValueError(f"{name}: arrays of scalar parameters and stacks of matrices ({first}) cannot be "
+                             "combined in one call")
+        params = {p.name: p for p in self.params}
+        out = []
+        for i in range(sizes[first]):
+            if i:
+                item_dims = dict(dims)
+                for n in stacked:
+                    try:
+                        values[n] = params[n].validate(kwargs[n][i], item_dims)
+                    except ValueError as exc:
+                        raise ValueError(f"{exc} (item {i} of the stack)") from None
+                if self.domain is not None:
+                    self.domain(values, item_dims)
+            out.append(self._value(values, dims, backend, printed))
+        return np.stack(out)
 
     def grid_shape(self, values: dict) -> tuple:
         """The broadcast shape of the arrays given for scalar parameters (``()`` when none is an
@@ -416,6 +459,23 @@ class ClosedForm:
 
     def __repr__(self) -> str:
         return f"<ClosedForm {self.id} ({self.source}; {self.status})>"
+
+
+def _stacked_names(params, kwargs: dict) -> list[str]:
+    """The matrix and covariance parameters given as a stack of matrices (three dimensions)."""
+    import numpy as np
+
+    names = []
+    for p in params:
+        value = kwargs.get(p.name)
+        if p.kind in ("matrix", "covariance") and value is not None and not isinstance(value, (str, bytes)):
+            try:
+                ndim = np.ndim(value)
+            except (TypeError, ValueError):
+                continue  # ragged or odd input: validate() says what is wrong with it
+            if ndim == 3:
+                names.append(p.name)
+    return names
 
 
 def _check_broadcast(params, values: dict) -> None:
