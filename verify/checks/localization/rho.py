@@ -18,6 +18,9 @@ Contains
     Lemma 2.3's counterexample: at xi = 0 the derivative of rho (printed eq. 6) is the registered
     non-zero value (central differences), and rho(theta) varies with theta; the claimed 0 is
     rejected.
+
+Every check's sizes are named settings (``python -m verify settings ID``: d, T, samples; r, xi,
+eta, points; theta, eta, dps), overridden with ``--set NAME=VALUE``.
 """
 
 from __future__ import annotations
@@ -191,16 +194,32 @@ def mc_gaussian(ctx):
 # =====================================================================================
 # Lemma 2
 # =====================================================================================
+def _e(x: float) -> str:
+    """``1e6`` for 1e6 (``%g`` without the exponent's sign and zero padding)."""
+    text = f"{x:g}"
+    mant, sep, exp = text.partition("e")
+    return mant + sep + (str(int(exp)) if sep else "")
+
+
 @check("localization.rho.lemma2_limits",
        covers=["localization.rho.late_site_limit", "localization.rho.early_site_limit",
                "localization.rho.continuum", "localization.rho.continuum_printed"],
        decides=["localization.rho.late_site_limit", "localization.rho.early_site_limit"],
        method="high_precision",
-       title="Lemma 2.1, 2.2, 2.4: rho along sequences approaching the limits (1/2 at boundary points)")
+       title="Lemma 2.1, 2.2, 2.4: rho along sequences approaching the limits (1/2 at boundary points)",
+       settings=[Setting("r", "floats", quick=(0.5, 1.0, 2.0, 4.0), full=(0.5, 1.0, 2.0, 4.0), low=0.01, high=100.0,
+                         doc="limits r = |xi| eta of the sequences (powers of 2: 1/r and the boundary points exact)"),
+                 Setting("xi", "floats", quick=(1e2, 1e3, 1e4, 1e5, 1e6), full=(1e2, 1e3, 1e4, 1e5, 1e6), low=1.0,
+                         high=1e12, doc="|xi| along each sequence (judged at the largest)"),
+                 Setting("eta", "float", quick=1e9, full=1e9, low=1e7, high=1e15,
+                         doc="large eta of Lemma 2.4 (rho ~ 1.4/eta there)"),
+                 Setting("points", "int", quick=100, full=100, low=2, high=10**6,
+                         doc="theta grid points in [0.01, 1] (plus the boundary points)")])
 def lemma2_limits(ctx):
-    rs = (0.5, 1.0, 2.0, 4.0)  # 1/r exact in binary, so the boundary points are exact floats
-    xis = (1e2, 1e3, 1e4, 1e5, 1e6)
-    interior = np.linspace(0.01, 1.0, 100)
+    rs = tuple(ctx.setting("r"))  # default powers of 2: 1/r exact in binary, so the boundary points are exact
+    xis = tuple(sorted(ctx.setting("xi")))
+    x_max, eta_big = xis[-1], ctx.setting("eta")
+    interior = np.linspace(0.01, 1.0, ctx.setting("points"))
     worst_final, worst_printed_boundary, path, worst_vanish = 0.0, 0.0, {}, 0.0
     gap_indicators = 0.0  # expected: printed indicators against the registered limits
     for form in ("localization.rho.continuum", "localization.rho.continuum_printed"):
@@ -216,28 +235,30 @@ def lemma2_limits(ctx):
                 printed = theory.get(lim_id)(printed=True, theta=th, r=r)
                 gap_indicators = max(gap_indicators, float(np.max(np.abs(np.asarray(printed, float) - limit))))
                 worst_printed_boundary = max(worst_printed_boundary,
-                                             float(np.max(np.abs(_cf(form, theta=th, xi=sign * 1e6, eta=r * 1e-6)
+                                             float(np.max(np.abs(_cf(form, theta=th, xi=sign * x_max, eta=r / x_max)
                                                                  - printed))))
         # Lemma 2.4: eta -> infinity at finite xi
         for xi in (-3.0, 0.0, 3.0):
-            worst_vanish = max(worst_vanish, float(np.max(np.abs(_cf(form, theta=interior, xi=xi, eta=1e9)))))
+            worst_vanish = max(worst_vanish, float(np.max(np.abs(_cf(form, theta=interior, xi=xi, eta=eta_big)))))
     not_yet = float(np.max(np.abs(_cf("localization.rho.continuum", theta=interior, xi=3.0, eta=1.0))))
     disc = max(worst_final, worst_vanish)
     return Outcome(
-        measured={"max |rho - limit| at |xi| = 1e6": worst_final, "max rho at eta = 1e9": worst_vanish},
+        measured={f"max |rho - limit| at |xi| = {_e(x_max)}": worst_final,
+                  f"max rho at eta = {_e(eta_big)}": worst_vanish},
         predicted="indicators of Lemma 2.1/2.2 with 1/2 at the boundary points; 0 for eta -> infinity",
         discrepancy=disc, tolerance=1e-6,
-        criterion="corrected and printed continuum rho at xi = +-1e6, eta = r/|xi| (r = 0.5, 1, 2, 4; theta on a "
+        criterion=f"corrected and printed continuum rho at xi = +-{_e(x_max)}, eta = r/|xi| (r = "
+                  f"{', '.join(f'{r:g}' for r in rs)}; theta on a "
                   "grid 0.005 away from the boundaries plus the boundary points; 1/r exact in binary) within 1e-6 of "
                   "the registered "
                   "limit (erf tails at distance >= 0.005: < 1e-100; boundary values are exact erf(0) up to "
-                  "1e-10 cancellation); Lemma 2.4: rho < 1e-6 at eta = 1e9, xi in {-3, 0, 3} (rho = O(1/eta): about "
-                  "1.4/eta)",
+                  f"1e-10 cancellation); Lemma 2.4: rho < 1e-6 at eta = {_e(eta_big)}, xi in {{-3, 0, 3}} "
+                  "(rho = O(1/eta): about 1.4/eta)",
         controls=[Control("printed Lemma 2.1/2.2 indicators (1 at the boundary points)", worst_printed_boundary, 1e-6,
                           expected=gap_indicators),
                   # closed form at eta = 1: deterministic, its own expected value
                   Control("Lemma 2.4 statistic at eta = 1 (not in the limit)", not_yet, 1e-6, expected=not_yet)],
-        details={"max |rho - limit| along xi = 1e2..1e6": path},
+        details={f"max |rho - limit| along xi = {_e(xis[0])}..{_e(x_max)}": path},
     )
 
 
@@ -246,20 +267,29 @@ def lemma2_limits(ctx):
                "localization.rho.continuum", "localization.rho.continuum_printed"],
        decides=["localization.rho.derivative_at_zero_xi"],
        method="high_precision",
-       title="Lemma 2.3 is false: at xi = 0 rho still varies with theta")
+       title="Lemma 2.3 is false: at xi = 0 rho still varies with theta",
+       settings=[Setting("theta", "floats", quick=(0.1, 0.25, 0.5, 0.75, 1.0), full=(0.1, 0.25, 0.5, 0.75, 1.0),
+                         low=1e-3, high=1.0, doc="positions theta in (0, 1] of the central differences"),
+                 Setting("eta", "floats", quick=(0.5, 1.0, 3.0), full=(0.5, 1.0, 3.0), low=1e-3, high=1e3,
+                         doc="eta = sqrt(tr W^2)/lambda values"),
+                 Setting("dps", "int", quick=60, full=60, low=30, high=1000,
+                         doc="mpmath digits of the central differences (step h = 10^-(5 dps/12))")])
 def lemma2_uniformity(ctx):
     import mpmath
 
-    thetas = np.array([0.1, 0.25, 0.5, 0.75, 1.0])
-    h = mpmath.mpf("1e-25")
+    thetas = np.array(ctx.setting("theta"))
+    etas = tuple(ctx.setting("eta"))
+    dps = ctx.setting("dps")
+    # step 1e-25 at 60 digits: the O(h^2) error 1e-50 and the round-off 10^-dps / h = 1e-35 both far below 1e-12
+    h = mpmath.mpf(f"1e-{dps * 5 // 12}")
     one = mpmath.mpf(1)
     worst = 0.0
     derivs = {}
-    with mpmath.workdps(60):
+    with mpmath.workdps(dps):
         for form, did in (("localization.rho.continuum_printed", "localization.rho.derivative_at_zero_xi"),
                           ("localization.rho.continuum", "localization.rho.derivative_at_zero_xi_corrected")):
             fn = theory.get(form).function("mpmath")  # emitted function: (theta, xi, eta, D), full precision
-            for eta in (0.5, 1.0, 3.0):
+            for eta in etas:
                 for th in thetas:
                     t = mpmath.mpf(th)
                     lo, hi = (t - h, t + h) if th < 1 else (t - 2 * h, t)
@@ -280,8 +310,9 @@ def lemma2_uniformity(ctx):
                   "rho_c(1/2) - rho_c(0.05) at xi = 0, eta = 1": bump, "examples": derivs},
         predicted="rho'(theta) at xi = 0 non-zero (printed eq. 6 for all theta > 0; corrected off theta = 1/2)",
         discrepancy=worst, tolerance=1e-12,
-        criterion="registered derivatives at xi = 0 vs central differences (h = 1e-25, 60 digits) of the continuum "
-                  "forms at theta in {0.1, .., 1}, eta in {0.5, 1, 3}: relative 1e-12 (floor 1e-3 on the scale) "
+        criterion=f"registered derivatives at xi = 0 vs central differences (h = {mpmath.nstr(h, 3)}, {dps} digits) "
+                  f"of the continuum forms at theta in {{{', '.join(f'{t:g}' for t in thetas)}}}, eta in "
+                  f"{{{', '.join(f'{e:g}' for e in etas)}}}: relative 1e-12 (floor 1e-3 on the scale) "
                   "(float64 round-off; the "
                   "difference error is O(h^2)); the claim rho' -> 0 is the control",
         # expected: the registered derivative at xi = 0 (eq. 6 printed), and the closed-form bump itself

@@ -14,7 +14,7 @@ Contains
     the exact finite-T forms; the printed Lemma 1 variance is the rejected control.
 ``localization.u.large_T_limits``
     The exact moments approach the registered T -> infinity forms at rate 1/T; the printed
-    variance does not (control).
+    variance does not (control). Sizes as named settings: the lengths ``T`` and positions ``theta``.
 ``localization.random_walk.mc_lemma4``
     Lemma 4 (eqs. 15-18) and eq. 22 by Monte Carlo at small positions (i, k) = (2, 5), where the
     printed constants are resolvable; they are the rejected controls (expected z = |printed - derived|
@@ -142,10 +142,14 @@ def mc_moments(ctx):
        covers=["localization.u.mean_limit", "localization.u.variance_limit", "localization.u.mean",
                "localization.u.variance"],
        method="high_precision",
-       title="The exact moments of u_i approach the registered large-T forms at rate 1/T")
+       title="The exact moments of u_i approach the registered large-T forms at rate 1/T",
+       settings=[Setting("T", "ints", quick=(40, 400, 4000, 40000), full=(40, 400, 4000, 40000), low=20, high=10**9,
+                         doc="sequence lengths T (the printed-variance control at the largest)"),
+                 Setting("theta", "floats", quick=(0.1, 0.25, 0.5, 0.75, 1.0), full=(0.1, 0.25, 0.5, 0.75, 1.0),
+                         low=0.05, high=1.0, doc="positions theta = i/T (i = round(theta T) >= 1)")])
 def large_T_limits(ctx):
-    thetas = np.array([0.1, 0.25, 0.5, 0.75, 1.0])
-    lengths = [40, 400, 4000, 40000]
+    thetas = np.array(ctx.setting("theta"))
+    lengths = sorted(ctx.setting("T"))
     trW, trW2, lam = 3.0, 2.0, 1.5
     scaled, gap_printed, gap_limit = [], [], []
     for T in lengths:
@@ -164,13 +168,15 @@ def large_T_limits(ctx):
     worst_scaled = float(max(scaled))
     printed_at_largest = float(max(gap_printed[-len(thetas):]))
     return Outcome(
-        measured={"max T |exact - limit|": worst_scaled, "printed variance gap at T = 40000": printed_at_largest},
+        measured={"max T |exact - limit|": worst_scaled,
+                  f"printed variance gap at T = {lengths[-1]}": printed_at_largest},
         predicted={"bound on T |exact - limit|": bound},
         discrepancy=worst_scaled, tolerance=bound * (1 + 1e-9),
-        criterion="T |exact - limit| over theta in {0.1, ..., 1} and T = 40..40000 stays below the 1/T "
+        criterion=f"T |exact - limit| over theta in {{{', '.join(f'{t:g}' for t in thetas)}}} and T = "
+                  f"{', '.join(map(str, lengths))} stays below the 1/T "
                   "coefficients of the exact forms (so the difference is O(1/T), i.e. the registered forms "
-                  "are the limits); the printed variance must stay O(1) away at T = 40000 (gap > 1e-3)",
-        controls=[Control("printed Lemma 1 variance as the large-T limit (gap at T = 40000, needs > 1e-3)",
+                  f"are the limits); the printed variance must stay O(1) away at T = {lengths[-1]} (gap > 1e-3)",
+        controls=[Control(f"printed Lemma 1 variance as the large-T limit (gap at T = {lengths[-1]}, needs > 1e-3)",
                           printed_at_largest, 1e-3,
                           expected=float(max(gap_limit[-len(thetas):])))],
     )

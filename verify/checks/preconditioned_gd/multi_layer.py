@@ -11,6 +11,9 @@ for ``L >= 2`` (a degree-2L polynomial of a Wishart spectrum), so the sample siz
 
 Contains
 --------
+``preconditioned_gd.multi_layer.steps_are_kernel_roots``
+    The closed-form optimal steps (L = 1, 2, 3) are the roots of the kernel polynomial q(a)
+    at exact (n, d), at ``dps`` digits; the (n, d) pairs, L and dps are named settings.
 ``preconditioned_gd.wishart.mc_trace_moments``
     ``E tr S_u^k`` (k = 1..6) against sampled white Wishart matrices.
 ``preconditioned_gd.multi_layer.spectral_reduction``
@@ -249,28 +252,42 @@ def _kernel_roots(L: int, n: int, d: int, dps: int) -> list:
 
 
 @check("preconditioned_gd.multi_layer.steps_are_kernel_roots", covers=[STEPS], method="high_precision",
-       title="The closed-form optimal steps (quadratic formula, Viete's cubic) are the roots of q(a) at exact n, d")
+       title="The closed-form optimal steps (quadratic formula, Viete's cubic) are the roots of q(a) at exact n, d",
+       settings=[Setting("n", "ints", quick=tuple(n for n, _ in ROOT_CASES), full=tuple(n for n, _ in ROOT_CASES),
+                         low=1, high=2**60, doc="context lengths n, paired with d (same length)"),
+                 Setting("d", "ints", quick=tuple(d for _, d in ROOT_CASES), full=tuple(d for _, d in ROOT_CASES),
+                         low=1, high=2**60, doc="dimensions d, paired with n (same length)"),
+                 Setting("L", "ints", quick=(1, 2, 3), full=(1, 2, 3), low=1, high=3,
+                         doc="numbers of layers L (closed forms exist for L <= 3)"),
+                 Setting("dps", "int", quick=60, full=60, low=30, high=1000,
+                         doc="mpmath digits (the identity is held to 10^-(dps - 15))")])
 def steps_are_kernel_roots(ctx):
-    """The closed form ``optimal_steps`` (L = 1, 2, 3) is derived from the kernel coefficients by
-    the quadratic formula and Viete's trigonometric roots, rewritten without cancellation. Here it
-    is evaluated at exact integer n, d at 60 digits and compared with the roots of ``q(a)`` found by
-    mpmath's polynomial solver from the exact coefficients; the float64 function is compared with
-    the same roots."""
+    """The closed form ``optimal_steps`` (L = 1, 2, 3) of Ahn et al. 2023 (Theorem 3) is derived
+    from the kernel coefficients by the quadratic formula and Viete's trigonometric roots, rewritten
+    without cancellation. Here it is evaluated at exact integer n, d at 60 digits and compared with
+    the roots of ``q(a)`` found by mpmath's polynomial solver from the exact coefficients; the
+    float64 function is compared with the same roots. The (n, d) pairs, L and the digits are named
+    settings (``n``, ``d``, ``L``, ``dps``)."""
     import mpmath as mp
     import sympy as sp
 
     from theory.preconditioned_gd import sym
     from theory.preconditioned_gd.multi_layer import optimal_steps_of
 
-    dps = 60
+    ns, ds = ctx.setting("n"), ctx.setting("d")
+    if len(ns) != len(ds):
+        raise ValueError(f"d: expected as many dimensions as context lengths n ({len(ns)}), got {len(ds)}")
+    cases = tuple(zip(ns, ds))
+    layers = tuple(sorted(set(ctx.setting("L"))))
+    dps = ctx.setting("dps")
     sn, sd = sym("n"), sym("d")
     # the derived expressions, evaluated in mpmath arithmetic (n, d below 2**60 are exact mpf)
-    forms = {L: sp.lambdify((sn, sd), list(optimal_steps_of(L)), modules="mpmath") for L in (1, 2, 3)}
+    forms = {L: sp.lambdify((sn, sd), list(optimal_steps_of(L)), modules="mpmath") for L in layers}
     worst_exact = worst_float = worst_recip = worst_shift = 0.0
     rows = {}
     with mp.workdps(dps):
-        for n, d in ROOT_CASES:
-            for L in (1, 2, 3):
+        for n, d in cases:
+            for L in layers:
                 roots = _kernel_roots(L, n, d, dps)
                 closed = forms[L](mp.mpf(n), mp.mpf(d))
                 shifted = forms[L](mp.mpf(n + 1), mp.mpf(d))
@@ -286,17 +303,19 @@ def steps_are_kernel_roots(ctx):
                 rows[f"n={n}, d={d}, L={L}"] = {"roots": [mp.nstr(r, 20) for r in roots],
                                                 "closed form rel. error": float(max(rel)),
                                                 "float64 rel. error": float(f_rel)}
-    tol_exact, tol_float = 1e-45, 1e-12
+    tol_exact, tol_float = float(f"1e-{dps - 15}"), 1e-12   # 1e-45 at 60 digits
     return Outcome(
-        measured={"closed form (60 digits)": worst_exact, "float64 function": worst_float},
+        measured={f"closed form ({dps} digits)": worst_exact, "float64 function": worst_float},
         predicted=0.0, discrepancy=worst_exact, tolerance=tol_exact,
         passed=bool(worst_exact <= tol_exact and worst_float <= tol_float),
-        criterion=f"max relative |a_closed - a_root| over n, d in {list(ROOT_CASES)} and L = 1, 2, 3 at {dps} digits "
+        criterion=f"max relative |a_closed - a_root| over n, d in {list(cases)} and L = "
+                  f"{', '.join(map(str, layers))} at {dps} digits "
                   f"<= {tol_exact} (an exact identity: only the working precision separates them), and the float64 "
                   f"function within {tol_float} relative (round-off ~1e-15; a cancelling form loses all digits at "
                   "n = 2**53)",
-        controls=[Control("roots of p(s) (reciprocals of q's roots), L = 2, 3", worst_recip, tol_exact,
-                          expected=worst_recip),
+        controls=[*([Control("roots of p(s) (reciprocals of q's roots), L = "
+                             f"{', '.join(str(L) for L in layers if L > 1)}", worst_recip, tol_exact,
+                             expected=worst_recip)] if max(layers) > 1 else []),  # computed for L >= 2
                   Control("closed form at n + 1 (off by one in the context length)", worst_shift, tol_exact,
                           expected=worst_shift)],
         details={"cases": rows, "dps": dps,

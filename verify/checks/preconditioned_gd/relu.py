@@ -3,8 +3,10 @@
 Contains
 --------
 ``preconditioned_gd.relu.mc_loss``
-    ReLU attention (Theorem 5): Monte Carlo of the forward pass at A*, 0.8 A*, 1.2 A* and a random A vs f(A) = c
-    ||A||_F^2 + tr A + d; the linear-attention scale is not the minimiser
+    ReLU attention (Ahn, Cheng, Daneshmand, Sra 2023, Theorem 5): Monte Carlo of the forward pass at A*, 0.8 A*,
+    1.2 A* and a random A vs f(A) = c ||A||_F^2 + tr A + d; the linear-attention scale is not the minimiser.
+    The configurations are named settings: ``d`` and ``n`` (equal-length lists, paired) and ``samples``
+    (prompts per pair, or one value for all).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import theory
 from verify import Control, Outcome, check
 from verify.models.linear_transformer import predict
 from verify.outcomes import z_score
+from verify.settings import Setting
 from verify.stats import batch_mean, chunks, z_threshold
 from verify.stats import evaluate as _cf
 from verify.tasks.preconditioned_gd import sample_prompts
@@ -41,12 +44,37 @@ RELU_PROMPTS = {"quick": {(5, 20): 100_000, (3, 4): 300_000},
                 "full": {(5, 20): 1_000_000, (3, 4): 1_000_000, (10, 40): 1_000_000}}
 
 
+def _relu_default(profile: str, j: int) -> tuple:
+    """The profile's d (j = 0), n (j = 1) or prompts (j = 2) of :data:`RELU_PROMPTS`, in order."""
+    return tuple((*k, v)[j] for k, v in RELU_PROMPTS[profile].items())
+
+
+def _relu_configs(ctx) -> dict:
+    """``{(d, n): prompts}`` from the settings ``d``, ``n`` (paired) and ``samples``."""
+    ds, ns, totals = ctx.setting("d"), ctx.setting("n"), ctx.setting("samples")
+    if len(ns) != len(ds):
+        raise ValueError(f"n: expected one context length per dimension d ({len(ds)}), got {len(ns)}")
+    if len(totals) == 1:
+        totals = totals * len(ds)
+    if len(totals) != len(ds):
+        raise ValueError(f"samples: expected one value or one per (d, n) pair ({len(ds)}), got {len(totals)}")
+    if len(set(zip(ds, ns))) != len(ds):
+        raise ValueError(f"d: the (d, n) pairs must be distinct, got {list(zip(ds, ns))}")
+    return {(d, n): total for d, n, total in zip(ds, ns, totals)}
+
+
 @check("preconditioned_gd.relu.mc_loss",
        covers=["preconditioned_gd.relu.loss", "preconditioned_gd.relu.optimal_scale",
                "preconditioned_gd.relu.optimal_loss"],
        method="monte_carlo",
        title="ReLU attention (Theorem 5): Monte Carlo of the forward pass at A*, 0.8 A*, 1.2 A* and a random A "
-             "vs f(A) = c ||A||_F^2 + tr A + d; the linear-attention scale is not the minimiser")
+             "vs f(A) = c ||A||_F^2 + tr A + d; the linear-attention scale is not the minimiser",
+       settings=[Setting("d", "ints", quick=_relu_default("quick", 0), full=_relu_default("full", 0), low=1, high=200,
+                         doc="dimensions d, paired with n (one Monte Carlo configuration per pair)"),
+                 Setting("n", "ints", quick=_relu_default("quick", 1), full=_relu_default("full", 1), low=1,
+                         high=10_000, doc="context lengths n, paired with d (same length)"),
+                 Setting("samples", "ints", quick=_relu_default("quick", 2), full=_relu_default("full", 2),
+                         low=1000, high=10**8, doc="prompts per (d, n) pair (one value: the same for every pair)")])
 def relu_mc_loss(ctx):
     """Controls, each with its expected z (the exact difference between the wrong and the
     true form over the measured standard error of the same statistic; stated per seed):
@@ -59,7 +87,7 @@ def relu_mc_loss(ctx):
     """
     rng = ctx.rng
     relu_loss = theory.get("preconditioned_gd.relu.loss")
-    prompts = RELU_PROMPTS[ctx.profile]
+    prompts = _relu_configs(ctx)
     zs, controls, per = [], [], []
     for (d, n), total in prompts.items():
         a_star = _cf("preconditioned_gd.relu.optimal_scale", n=n, d=d)

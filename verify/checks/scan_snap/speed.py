@@ -6,6 +6,11 @@ Contains
     eta_Z int gamma against quadrature; the peak of gamma against numerical maximisation
 ``scan_snap.speed.asymptotics``
     gamma's two stages (Theorem 1(b) printed vs Lemma 9), t_0' < t_A < t_B < t_0, Corollary 1's count
+
+(Scan and Snap, Tian, Wang, Chen, Du 2023.) The cases are named settings, one equal-length list per
+quantity, zipped into cases (``python -m verify settings ID``): ``M``, ``K``, ``eta_Y``, ``eta_Z`` of
+gamma_integral; ``M`` and the paired ``K``, ``eta_Y`` of asymptotics, and Corollary 1's ``cor_M``,
+``cor_eta_Y``, ``epsilon``.
 """
 
 from __future__ import annotations
@@ -18,20 +23,47 @@ from scipy import integrate, optimize
 from theory.scan_snap.h import trajectory
 from verify import Control, Outcome, check
 from verify.flows.scan_snap import h_numpy
+from verify.settings import Setting
 from verify.stats import evaluate as _cf
+
+
+def _zipped(ctx, *names: str) -> list[tuple]:
+    """The settings ``names`` (equal-length lists) zipped into cases; ``ValueError`` naming the
+    first setting whose length differs from the first one's."""
+    lists = [ctx.setting(name) for name in names]
+    for name, values in zip(names[1:], lists[1:]):
+        if len(values) != len(lists[0]):
+            raise ValueError(f"{name}: expected {len(lists[0])} values (one per {names[0]}), got {len(values)}")
+    return list(zip(*lists))
+
+
+def _column(cases, j: int) -> tuple:
+    return tuple(c[j] for c in cases)
 
 
 # =====================================================================================
 # gamma: exact integral and peak
 # =====================================================================================
+#: (M, K, eta_Y, eta_Z) cases of gamma_integral (quick; full adds two)
+GAMMA_CASES = ((30, 2, 0.5, 0.3), (1000, 10, 1.0, 0.5), (1000, 1, 0.01, 1.0), (10_000, 5, 5.0, 2.0), (2, 3, 10.0, 0.1))
+GAMMA_CASES_FULL = GAMMA_CASES + ((100, 20, 0.1, 0.5), (5000, 50, 2.0, 1.0))
+
+
 @check("scan_snap.speed.gamma_integral",
        covers=["scan_snap.speed.gamma", "scan_snap.speed.gamma_integral", "scan_snap.speed.gamma_peak",
                "scan_snap.speed.gamma_peak_time", "scan_snap.speed.scan_time"],
        method="exact_flow",
-       title="eta_Z int gamma against quadrature; the peak of gamma against numerical maximisation")
+       title="eta_Z int gamma against quadrature; the peak of gamma against numerical maximisation",
+       settings=[Setting("M", "ints", quick=_column(GAMMA_CASES, 0), full=_column(GAMMA_CASES_FULL, 0), low=2,
+                         high=10**9, doc="vocabulary sizes M, one per case"),
+                 Setting("K", "ints", quick=_column(GAMMA_CASES, 1), full=_column(GAMMA_CASES_FULL, 1), low=1,
+                         high=10**6, doc="numbers of classes K, one per case (same length as M)"),
+                 Setting("eta_Y", "floats", quick=_column(GAMMA_CASES, 2), full=_column(GAMMA_CASES_FULL, 2),
+                         low=1e-6, high=1e6, doc="learning rates eta_Y, one per case (same length as M)"),
+                 Setting("eta_Z", "floats", quick=_column(GAMMA_CASES, 3), full=_column(GAMMA_CASES_FULL, 3),
+                         low=1e-6, high=1e6, doc="learning rates eta_Z, one per case (same length as M)")])
 def gamma_integral(ctx):
-    cases = [(30, 2, 0.5, 0.3), (1000, 10, 1.0, 0.5), (1000, 1, 0.01, 1.0), (10_000, 5, 5.0, 2.0), (2, 3, 10.0, 0.1)]
-    cases = ctx.pick(quick=cases, full=cases + [(100, 20, 0.1, 0.5), (5000, 50, 2.0, 1.0)])
+    cases = _zipped(ctx, "M", "K", "eta_Y", "eta_Z")
     rel, ctrl, peak_err, details = 0.0, 0.0, 0.0, {}
     for M, K, eta, etaZ in cases:
         def g(s):
@@ -67,7 +99,8 @@ def gamma_integral(ctx):
         criterion="Gamma(t) = (eta_Z/eta_Y) K (M-1)^2 h(t/K)^2/2 against adaptive quadrature (epsrel 1e-13 per "
                   "panel) of eta_Z gamma at t = 0.1..1e6 t_0' within 1e-10 (the quadrature tolerance plus the "
                   "panel sum); the peak value within 1e-10 and its location within 1e-5 (flat maximum) "
-                  "of scipy's maximisation; 5 (M, K, eta_Y, eta_Z) cases incl. M = 2 and M = 1e4",
+                  f"of scipy's maximisation; {len(cases)} (M, K, eta_Y, eta_Z) cases "
+                  f"(M = {', '.join(str(c[0]) for c in cases)})",
         # expected: Gamma/K against Gamma is off by |1/K - 1| (largest K of the cases)
         controls=[Control("the integral without the factor K (Gamma/K)", ctrl, 1e-10,
                           expected=max(abs(1 / c[1] - 1) for c in cases))],
@@ -84,13 +117,28 @@ def gamma_integral(ctx):
                "scan_snap.speed.crossing_time", "scan_snap.speed.convergence_steps", "scan_snap.h.discrete"],
        decides=["scan_snap.speed.gamma_log"],
        method="exact_flow",
-       title="gamma's two stages (Theorem 1(b) printed vs Lemma 9), t_0' < t_A < t_B < t_0, Corollary 1's count")
+       title="gamma's two stages (Theorem 1(b) printed vs Lemma 9), t_0' < t_A < t_B < t_0, Corollary 1's count",
+       settings=[Setting("M", "ints", quick=(30, 100, 1000, 10_000), full=(30, 100, 1000, 10_000), low=2, high=10**9,
+                         doc="vocabulary sizes M (each with every (K, eta_Y) pair)"),
+                 Setting("K", "ints", quick=(1, 10, 3), full=(1, 10, 3), low=1, high=10**6,
+                         doc="numbers of classes K, paired with eta_Y"),
+                 Setting("eta_Y", "floats", quick=(1.0, 0.5, 5.0), full=(1.0, 0.5, 5.0), low=1e-6, high=1e6,
+                         doc="learning rates eta_Y, paired with K (same length)"),
+                 Setting("cor_M", "ints", quick=(1000, 100, 30), full=(1000, 100, 30), low=2, high=10**6,
+                         doc="Corollary 1: vocabulary sizes M (one class), paired with cor_eta_Y and epsilon"),
+                 Setting("cor_eta_Y", "floats", quick=(0.5, 1.0, 0.1), full=(0.5, 1.0, 0.1), low=1e-3, high=100.0,
+                         doc="Corollary 1: learning rates eta_Y (same length as cor_M)"),
+                 Setting("epsilon", "floats", quick=(0.01, 0.05, 0.1), full=(0.01, 0.05, 0.1), low=1e-4, high=0.5,
+                         doc="Corollary 1: targets ||e_n - alpha_n|| <= epsilon (same length as cor_M)")])
 def asymptotics(ctx):
     failures, details = [], {}
     worst, ctrl_printed, e_printed = 0.0, 0.0, 0.0
     ratio_printed_t0 = {}
-    for M in (30, 100, 1000, 10_000):
-        for K, eta in ((1, 1.0), (10, 0.5), (3, 5.0)):
+    Ms = ctx.setting("M")
+    pairs = _zipped(ctx, "K", "eta_Y")
+    corollary = _zipped(ctx, "cor_M", "cor_eta_Y", "epsilon")
+    for M in Ms:
+        for K, eta in pairs:
             kw = dict(M=M, K=K, eta_Y=eta)
             tp, tA = _cf("scan_snap.speed.scan_time", **kw), _cf("scan_snap.speed.scan_end", **kw)
             tB, t0 = _cf("scan_snap.speed.crossing_time", **kw), _cf("scan_snap.speed.snap_time", **kw)
@@ -144,7 +192,7 @@ def asymptotics(ctx):
                     "scan_snap.speed.gamma_log", t=1e6 * t0, printed=True, **kw)]}
     # Corollary 1: the discrete recursion (one class) reaches ||e_n - alpha_n|| <= eps after S steps
     cor = {}
-    for M, eta, eps in ((1000, 0.5, 0.01), (100, 1.0, 0.05), (30, 0.1, 0.1)):
+    for M, eta, eps in corollary:
         hs = trajectory(int(2 * _cf("scan_snap.speed.convergence_steps", M=M, K=1, eta_Y=eta, epsilon=eps)) + 10,
                         M, eta)
         norm = (M - 1) * math.sqrt(M / (M - 1)) / ((M - 1) + np.exp(M * hs))
@@ -160,11 +208,13 @@ def asymptotics(ctx):
         if S > bound:
             failures.append(f"Corollary 1 bound at M={M}")
     details["corollary_1"] = cor
-    printed_t0 = ratio_printed_t0["M=1000, K=1, eta_Y=1.0"]
+    # reported: the M nearest 1000 (log scale) with the first (K, eta_Y) pair (M = 1000, K = 1, eta_Y = 1)
+    M_rep = min(Ms, key=lambda m: (abs(math.log(m / 1000)), m))
+    printed_t0 = ratio_printed_t0[f"M={M_rep}, K={pairs[0][0]}, eta_Y={pairs[0][1]}"]
     disc = worst if not failures else float("inf")
     return Outcome(
         measured={"worst scaled error": worst, "failures": failures,
-                  "gamma/printed Theorem 1(b) at t_0 (M=1000)": printed_t0},
+                  f"gamma/printed Theorem 1(b) at t_0 (M={M_rep})": printed_t0},
         predicted="all scaled errors <= 1; time scales ordered; stage inequalities hold",
         discrepancy=disc, tolerance=1.0,
         criterion="gamma/(linear stage) - 1 within twice its first-order term 3u/(2M) at 1e-4..1e-3 t_0'; "
