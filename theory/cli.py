@@ -63,7 +63,7 @@ import os
 import sys
 import textwrap
 
-__all__ = ["main"]
+__all__ = ["main", "example_values", "fitted_table", "terminal_width", "VersionAction"]
 
 _DEFAULT_DPS = 50
 #: Largest --dps: enough for any check (they use 50 to 100 digits); mpmath's cost grows faster
@@ -123,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run 'python -m theory COMMAND -h' for the options of one command.",
     )
-    p.add_argument("--version", action=_VersionAction, help="print the toolkit's version and exit")
+    p.add_argument("--version", action=VersionAction, help="print the toolkit's version and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     ls = sub.add_parser("list", help="list the registered closed forms",
                         description="One line per closed form: id, status and the title cut to the terminal's "
@@ -181,11 +181,11 @@ def _cmd_list(args, out) -> int:
         out.write("\n")
         return 0
     rows = [(cf.id, cf.status, cf.title) for cf in cfs]
-    _print_table(rows, ("id", "status", "title"), out, width=_width(out))
+    fitted_table(rows, ("id", "status", "title"), out, width=terminal_width(out))
     return 0
 
 
-def _width(out) -> int:
+def terminal_width(out) -> int:
     """Columns of the terminal ``out`` writes to (``COLUMNS`` if set), else :data:`LIST_WIDTH`."""
     import shutil
 
@@ -204,7 +204,7 @@ def _width(out) -> int:
 MIN_TITLE = 20
 
 
-def _print_table(rows, header, out, width: int | None = None) -> None:
+def fitted_table(rows, header, out, width: int | None = None) -> None:
     """Aligned columns fitting ``width`` (None: no limit): the last one cut (ending in ``...``);
     a first cell too long to leave :data:`MIN_TITLE` columns for the last goes on a line of its
     own, the row's other cells on the next line, in their columns."""
@@ -238,7 +238,7 @@ def _print_table(rows, header, out, width: int | None = None) -> None:
 
 
 # -- version and cache -----------------------------------------------------------------
-class _VersionAction(argparse.Action):
+class VersionAction(argparse.Action):
     """``--version``: print the installed toolkit's version (looked up only when asked)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):

@@ -218,9 +218,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="with sweep: the values of one setting (repeatable)")
     p.add_argument("--json", action="store_true",
                    help="with list: a JSON list of {id, method, title, covers, aliases, needs, settings}")
-    from theory.cli import _VersionAction
+    from theory.cli import VersionAction
 
-    p.add_argument("--version", action=_VersionAction, help="print the toolkit's version and exit")
+    p.add_argument("--version", action=VersionAction, help="print the toolkit's version and exit")
     return p
 
 
@@ -520,10 +520,10 @@ def _cmd_list(registered: list, out, as_json: bool = False) -> int:
     if not registered:
         print("(no checks registered)", file=out)
         return 0
-    from theory.cli import _print_table, _width
+    from theory.cli import fitted_table, terminal_width
 
-    _print_table([(c.id, c.method, c.title) for c in registered], ("id", "method", "title"), out,
-                 width=_width(out))
+    fitted_table([(c.id, c.method, c.title) for c in registered], ("id", "method", "title"), out,
+                 width=terminal_width(out))
     return 0
 
 
