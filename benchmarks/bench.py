@@ -41,7 +41,9 @@ Measures
    and their ratio; with ``--quick-profile --seeds N``, the same for seeds ``0..N-1``.
 9. a cold ``python -m theory eval`` of a record with the derivation cache warm and with it off;
 10. ``linear_attention.merged.sigma`` on a grid of 10^4 times: one call on the array against a
-    loop of calls.
+    loop of calls;
+11. ``linear_attention.separate.saddle_loss`` (eq. 19) over a stack of 1,000 covariances: one call
+    on the stack against a loop of calls, in evaluations per second.
 """
 
 from __future__ import annotations
@@ -402,6 +404,31 @@ def bench_grid() -> dict:
     return {"points": GRID_POINTS, "grid": t_grid, "loop": t_loop}
 
 
+#: Covariances of :func:`bench_stack`.
+STACK_SIZE = 1000
+
+
+def bench_stack() -> dict:
+    """``linear_attention.separate.saddle_loss`` (eq. 19, m = 2, N = 31) for :data:`STACK_SIZE` random
+    4 x 4 covariances: one call on the stack (S, 4, 4) against a loop of one call per covariance."""
+    import theory
+
+    cf = theory.get("linear_attention.separate.saddle_loss")
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(STACK_SIZE, 4, 4))
+    covs = A @ np.swapaxes(A, 1, 2) / 4 + 0.1 * np.eye(4)
+    cf(Lambda=covs[:3], N=31, m=2)  # derive and emit first
+    t0 = time.perf_counter()
+    stack = cf(Lambda=covs, N=31, m=2)
+    t_stack = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    loop = np.array([cf(Lambda=c, N=31, m=2) for c in covs])
+    t_loop = time.perf_counter() - t0
+    assert np.allclose(stack, loop, rtol=1e-12, atol=0)
+    return {"covariances": STACK_SIZE, "stack_per_second": STACK_SIZE / t_stack,
+            "loop_per_second": STACK_SIZE / t_loop}
+
+
 def bench_cold_eval() -> dict:
     """A fresh ``python -m theory eval`` with the derivation cache warm, and with it off."""
     import subprocess
@@ -477,6 +504,7 @@ def main(argv=None) -> int:
         "gdpp": None if args.skip_torch or args.skip_gdpp else bench_gdpp(args.gdpp_steps),
         "cold_eval": bench_cold_eval(),
         "grid": bench_grid(),
+        "stack": bench_stack(),
         "quick_profile": bench_quick_profile(args.seeds) if args.quick_profile else None,
     }
     if args.json:
@@ -545,6 +573,9 @@ def main(argv=None) -> int:
     gr = res["grid"]
     rows.append((f"merged.sigma at {gr['points']} times t: one call on the array / a loop of calls",
                  f"{gr['grid'] * 1e3:.2f} ms / {gr['loop'] * 1e3:.0f} ms"))
+    st = res["stack"]
+    rows.append((f"separate.saddle_loss over {st['covariances']} covariances: one call on the stack / a loop",
+                 f"{st['stack_per_second']:.3g} / {st['loop_per_second']:.3g} per s"))
     qp = res["quick_profile"]
     if qp is not None:
         head = f"python -m verify all, quick profile, {qp['seeds']} seed(s)"

@@ -148,6 +148,45 @@ class _NumpyLA:
         return np.reshape(a, (-1, 1), order="F")
 
 
+class _NumpyStackLA(_NumpyLA):
+    """:class:`_NumpyLA` for stacks of matrices ``(S, D, D)`` (:func:`over_stacks`): a trace keeps
+    two unit axes, ``(S, 1, 1)``, so that a scalar computed from a stack multiplies the matching
+    matrix of another (a plain ``(S,)`` would broadcast against the matrix's last axis); Kronecker
+    products and ``vec`` act per matrix."""
+
+    @staticmethod
+    def tr(a):
+        import numpy as np
+
+        return np.trace(a, axis1=-2, axis2=-1)[..., None, None]
+
+    @staticmethod
+    def kron(a, b):
+        import numpy as np
+
+        a, b = np.asarray(a), np.asarray(b)
+        out = a[..., :, None, :, None] * b[..., None, :, None, :]
+        return out.reshape(out.shape[:-4] + (a.shape[-2] * b.shape[-2], a.shape[-1] * b.shape[-1]))
+
+    @staticmethod
+    def vec(a):
+        import numpy as np
+
+        a = np.asarray(a)
+        return np.swapaxes(a, -1, -2).reshape(a.shape[:-2] + (-1, 1))
+
+
+def over_stacks(fn: Callable) -> Callable:
+    """The numpy function ``fn`` (from :func:`emit`) with the stack-aware ``_la`` (:class:`_NumpyStackLA`):
+    the same code, evaluated on stacks of matrices along a leading axis. Not every expression is
+    stack-safe (an index into a matrix, a derived value built per matrix); the caller checks items
+    against single evaluations."""
+    import types
+
+    return types.FunctionType(fn.__code__, {**fn.__globals__, "_la": _NumpyStackLA}, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+
+
 class _MpmathLA:
     """Linear algebra for the mpmath backend (``mpmath.matrix`` at the working precision)."""
 

@@ -77,7 +77,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative", "real", "subset", "steps", "vector"]
+__all__ = ["Param", "covariance", "matrix", "index", "positive", "nonnegative", "real", "subset", "steps", "vector",
+           "validate_stack"]
 
 _SYMMETRY_RTOL = 1e-10
 
@@ -312,6 +313,30 @@ def _matrix(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
         raise _fail(p, f"expected a square matrix, got shape {arr.shape}")
     _fix_dim(p, arr.shape[0], dims)
+    return arr
+
+
+def validate_stack(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
+    """A stack ``(S, D, D)`` of values of the matrix or covariance parameter ``p``, checked at once
+    (real and finite entries, square, the dimension of ``dims``; a covariance symmetric and positive
+    definite, symmetrised); ``ValueError`` naming ``p`` and, where one item is at fault, the item."""
+    if _is_torch(value):
+        raise _fail(p, "a stack of matrices is evaluated by the numpy backend; give a numpy array")
+    arr = _as_float_array(p, value)
+    if arr.ndim != 3 or arr.shape[1] != arr.shape[2] or arr.shape[1] == 0:
+        raise _fail(p, f"expected a stack of square matrices (S, D, D), got shape {arr.shape}")
+    _fix_dim(p, arr.shape[1], dims)
+    if p.kind == "covariance":
+        scale = np.maximum(np.max(np.abs(arr), axis=(1, 2)), np.finfo(float).tiny)
+        bad = np.nonzero(np.max(np.abs(arr - np.swapaxes(arr, 1, 2)), axis=(1, 2)) > _SYMMETRY_RTOL * scale)[0]
+        if bad.size:
+            raise _fail(p, f"matrix is not symmetric (item {bad[0]} of the stack)")
+        arr = 0.5 * (arr + np.swapaxes(arr, 1, 2))
+        bad = np.nonzero(np.linalg.eigvalsh(arr)[:, 0] <= 0)[0]
+        if bad.size:
+            raise _fail(p, f"matrix is not positive definite (item {bad[0]} of the stack)")
+    elif p.kind != "matrix":
+        raise _fail(p, f"a {p.kind} parameter cannot be given as a stack")
     return arr
 
 

@@ -355,9 +355,17 @@ class ClosedForm:
         """:meth:`__call__` with stacks of matrices (numpy): ``kwargs[name]`` for each name in
         ``stacked`` is an array of shape ``(S, D, D)``, one matrix (or covariance) per item; the value
         has shape ``(S,)`` followed by the record's output shape, item ``i`` equal to the call with
-        the ``i``-th matrices. The other parameters are validated once, each item's matrices and
-        the record's ``domain`` per item."""
+        the ``i``-th matrices.
+
+        The other parameters are validated once, the stacks at once (:func:`theory.params.validate_stack`),
+        the record's ``domain`` per item. The emitted function then runs once on the whole stack
+        (:func:`theory.emit.over_stacks`), and its first, middle and last items are compared with
+        single evaluations (relative 1e-9); where that cannot work (a record defined by a recursion,
+        a vector output, a derived value or an expression that is not stack-safe, or a mismatch) the
+        items are evaluated one by one."""
         import numpy as np
+
+        from .params import validate_stack
 
         if backend != "numpy":
             raise ValueError(f"{stacked[0]}: a stack of matrices (shape (S, D, D)) is evaluated by the numpy "
@@ -367,7 +375,8 @@ class ClosedForm:
         for n in stacked[1:]:
             if sizes[n] != sizes[first]:
                 raise ValueError(f"{n}: a stack of {sizes[n]} matrices does not match the {sizes[first]} of {first}")
-        if sizes[first] == 0:
+        S = sizes[first]
+        if S == 0:
             raise ValueError(f"{first}: an empty stack of matrices")
         values, dims = self.validate({**kwargs, **{n: kwargs[n][0] for n in stacked}}, backend)
         values = detached_values(values)
@@ -376,19 +385,57 @@ class ClosedForm:
             raise ValueError(f"{name}: arrays of scalar parameters and stacks of matrices ({first}) cannot be "
                              "combined in one call")
         params = {p.name: p for p in self.params}
-        out = []
-        for i in range(sizes[first]):
-            if i:
-                item_dims = dict(dims)
-                for n in stacked:
-                    try:
-                        values[n] = params[n].validate(kwargs[n][i], item_dims)
-                    except ValueError as exc:
-                        raise ValueError(f"{exc} (item {i} of the stack)") from None
-                if self.domain is not None:
-                    self.domain(values, item_dims)
-            out.append(self._value(values, dims, backend, printed))
-        return np.stack(out)
+        stacks = {n: validate_stack(params[n], kwargs[n], dims) for n in stacked}
+
+        def item(i):
+            return {**values, **{n: stacks[n][i] for n in stacked}}
+
+        if self.domain is not None:
+            for i in range(1, S):
+                try:
+                    self.domain(item(i), dims)
+                except ValueError as exc:
+                    raise ValueError(f"{exc} (item {i} of the stack)") from None
+        single = {}
+
+        def one(i):
+            if i not in single:
+                single[i] = np.asarray(self._value(item(i), dims, backend, printed))
+            return single[i]
+
+        fast = self._stack_value(values, stacks, dims, printed, S, one(0).shape)
+        if fast is not None:
+            if all(np.allclose(fast[i], one(i), rtol=1e-9, atol=1e-300) for i in sorted({0, S // 2, S - 1})):
+                return fast
+            self._fns[("stack", printed)] = False  # not stack-safe: item by item from now on
+        return np.stack([one(i) for i in range(S)])
+
+    def _stack_value(self, values: dict, stacks: dict, dims: dict, printed: bool, S: int, shape: tuple):
+        """The emitted function on whole stacks, shaped ``(S,) + shape``; None where it does not apply
+        or fails (the caller then evaluates item by item)."""
+        import numpy as np
+
+        from .emit import over_stacks
+
+        if self.evaluate is not None and not printed or self.output == "vector" or self.length is not None:
+            return None
+        key = ("stack", printed)
+        if self._fns.get(key) is False:
+            return None
+        try:
+            fn = self.printed_function("numpy") if printed else self.function("numpy")
+            with np.errstate(all="ignore"):
+                out = np.asarray(over_stacks(fn)(*self.arguments({**values, **stacks}, dims, "numpy")),
+                                 dtype=np.float64)
+            size = int(np.prod(shape))
+            if out.size == S * size:
+                return out.reshape((S, *shape))
+            if out.size == size:  # the value does not depend on the stacked matrices
+                return np.broadcast_to(out.reshape(shape), (S, *shape)).copy()
+        except Exception:  # noqa: BLE001 - not stack-safe: remembered, then item by item
+            pass
+        self._fns[key] = False
+        return None
 
     def grid_shape(self, values: dict) -> tuple:
         """The broadcast shape of the arrays given for scalar parameters (``()`` when none is an

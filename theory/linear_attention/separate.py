@@ -63,9 +63,10 @@ def _sym(name):
 
 # -- eigen-projectors ------------------------------------------------------------------
 def eigenvectors_descending(Lam: np.ndarray) -> np.ndarray:
-    """Orthonormal eigenvectors of Lambda as columns, by descending eigenvalue."""
+    """Orthonormal eigenvectors of Lambda as columns, by descending eigenvalue (of each matrix of a
+    stack ``(S, D, D)``)."""
     w, V = np.linalg.eigh(Lam)
-    return V[:, np.argsort(-w, kind="stable")]
+    return np.take_along_axis(V, np.argsort(-w, axis=-1, kind="stable")[..., None, :], axis=-1)
 
 
 def projector(Lam: np.ndarray, S, backend: str = "numpy"):
@@ -85,9 +86,9 @@ def projector(Lam: np.ndarray, S, backend: str = "numpy"):
     cols = [d - 1 for d in S]
     if type(Lam).__module__.startswith("torch"):
         return _torch_projector(Lam, cols)
-    if backend != "mpmath":
-        V = eigenvectors_descending(Lam)
-        return V[:, cols] @ V[:, cols].T
+    if backend != "mpmath":  # a stack (S, D, D) gives the stack of projectors
+        Vs = eigenvectors_descending(Lam)[..., cols]
+        return Vs @ np.swapaxes(Vs, -1, -2)
     import mpmath
 
     if not isinstance(Lam, mpmath.matrix):
