@@ -152,12 +152,26 @@ def test_torch_training_float32_setting_and_bad_dtype():
 
 
 def test_resolvable_drops_merges_crossings_without_a_block_between():
-    """Crossings in the same or adjacent blocks are one drop to the block-mean counter
-    (quick-profile seed 8: t = 212 and 245 with blocks of 40); two blocks apart are two."""
+    """(fewest, most) drops a block-mean counter can see: crossings in the same or adjacent blocks
+    are one (quick-profile seed 8: t = 212 and 245 with blocks of 40); 1-3 blocks apart one or
+    two; a crossing in block 0 none, in block 1 none or one."""
     from verify.models.linear_attention_training import resolvable_drops
 
     nan = float("nan")
-    assert resolvable_drops([212.2, 244.6, nan], 40.0) == 1
-    assert resolvable_drops([157.6, 227.7, 999.0], 40.0) == 3   # blocks 3, 5, 24
-    assert resolvable_drops([nan, nan, nan], 40.0) == 0
-    assert resolvable_drops([10.0, 50.0, 90.0], 40.0) == 1      # blocks 0, 1, 2: one run
+    assert resolvable_drops([212.2, 244.6, nan], 40.0) == (1, 1)  # blocks 5, 6
+    assert resolvable_drops([157.6, 227.7, 999.0], 40.0) == (2, 3)  # 1.75 blocks apart, then 19
+    assert resolvable_drops([157.6, 357.7, 999.0], 40.0) == (3, 3)  # 5 blocks apart
+    assert resolvable_drops([nan, nan, nan], 40.0) == (0, 0)
+    assert resolvable_drops([10.0, 50.0, 90.0], 40.0) == (1, 1)  # blocks 0, 1, 2: one run after block 0
+    assert resolvable_drops([50.0, 400.0], 40.0) == (1, 2)  # block 1: maybe in the unseen first decrease
+
+
+def test_count_drops_never_counts_the_first_decrease():
+    """The start's relaxation within the first block (2.5 % here) is not a drop; the two drops
+    after slower blocks are, at the blocks where the decrease peaks."""
+    from verify.models.linear_attention_training import count_drops
+
+    means = [1.0, 0.975, 0.975, 0.975, 0.6, 0.6, 0.6, 0.6, 0.3, 0.3, 0.3]
+    n, info = count_drops(np.repeat(means, 10), 10, min_drop=0.02)
+    assert n == 2 and info["peak_blocks"] == [3, 7]
+    assert np.allclose(info["peak_decreases"], [0.375, 0.3])

@@ -546,12 +546,11 @@ def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int
     has_blocks = hasattr(model, "zero_block_norms")
     opt = torch.optim.SGD(model.parameters(), lr=eta)
 
-    log_step, log_loss, log_batch, log_v, log_u, Ms = [], [], [], [], [], []
+    log_step, log_batch, log_v, log_u, Ms = [], [], [], [], []
 
     def log(k, batch_loss):
         M = model.effective_matrix().detach().cpu().numpy().astype(np.float64)
         log_step.append(k)
-        log_loss.append(float(loss_cf(Lambda=lam, N=N, M=M)))
         log_batch.append(batch_loss)
         Ms.append(M)
         if has_blocks:
@@ -574,13 +573,15 @@ def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int
             opt.step()
             if k % log_every == 0 or k == steps:
                 log(k, float(loss.detach()))
+    Ms = np.asarray(Ms)
+    population = loss_cf(Lambda=lam, N=N, M=Ms)  # one call on the stack of logged matrices
     seconds = time.perf_counter() - t0
     step = np.asarray(log_step, dtype=np.int64)
     return TrainResult(
-        step=step, t=2.0 * eta * step, loss=np.asarray(log_loss), batch_loss=np.asarray(log_batch),
+        step=step, t=2.0 * eta * step, loss=population, batch_loss=np.asarray(log_batch),
         zero_v=np.asarray(log_v) if has_blocks else None,
         zero_u=np.asarray(log_u) if has_blocks else None,
-        M=Ms[-1], eta=eta, batch=batch, seconds=seconds, M_log=np.asarray(Ms))
+        M=Ms[-1], eta=eta, batch=batch, seconds=seconds, M_log=Ms)
 
 
 def benchmark_steps(D: int, N: int, H: int, batch: int, steps: int, device="cpu",
