@@ -175,3 +175,30 @@ def test_count_drops_never_counts_the_first_decrease():
     n, info = count_drops(np.repeat(means, 10), 10, min_drop=0.02)
     assert n == 2 and info["peak_blocks"] == [3, 7]
     assert np.allclose(info["peak_decreases"], [0.375, 0.3])
+
+
+def test_count_drops_ignores_block_noise_and_finds_real_drops():
+    """Fresh-batch noise (per-step sd 0.05, blocks of 100: block means to 0.005) makes the running
+    minimum of the first blocks fall by a few standard errors, past a small min_drop (0.005; a
+    counter without the noise threshold counts one such drop at about half the draws); those are
+    not drops at any of 20 draws, while real drops of 0.1 and 0.3 after slower phases are found
+    at all of them."""
+    from verify.models.linear_attention_training import count_drops
+
+    level = np.repeat([1.0, 0.9, 0.6], [2000, 2000, 2000])
+    for seed in range(20):
+        noise = np.random.default_rng(seed).normal(0.0, 0.05, level.size)
+        assert count_drops(1.0 + noise, 100, min_drop=0.005)[0] == 0
+        n, info = count_drops(level + noise, 100, min_drop=0.005)
+        assert n == 2 and info["peak_blocks"] == [19, 39], (seed, info["peak_blocks"])
+
+
+def test_count_drops_counts_a_smooth_abrupt_drop_once():
+    """A noiseless sigmoid drop (the exact flow's loss of the merged model: one abrupt drop, §3)
+    is one drop: its steepest block does not raise the noise threshold."""
+    from verify.models.linear_attention_training import count_drops
+
+    k = np.arange(6000)
+    curve = 1.0 - 0.4 / (1.0 + np.exp(-(k - 3000) / 60.0))
+    n, info = count_drops(curve, 100, min_drop=0.02)
+    assert n == 1 and info["peak_blocks"] in ([29], [30])

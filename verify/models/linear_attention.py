@@ -30,6 +30,7 @@ MergedLinearAttention   the full attention layer, every block of W^V_i, W^KQ_i t
 CubicFeatureMLP         yhat = w2^T W1 z, eqs. 6-7
 cubic_features          z = vec(beta x_q^T) from token matrices
 sample_tokens           x_n, x_q ~ N(0, Lambda), w ~ N(0, I): token matrices and y_q (eqs. 1-2)
+standard_normal         Gaussian draws in float32, cast (the sampler's fast path)
 train_online_sgd        online SGD on fresh batches, population loss of M logged (t/tau = 2 eta k)
 benchmark_steps         SGD steps per second of the attention model
 
@@ -51,7 +52,7 @@ from torch import nn
 from .. import validate
 
 __all__ = ["MergedLinearAttention", "CubicFeatureMLP", "TokenBatch", "TrainResult",
-           "cpu_threads", "cubic_features", "sample_tokens", "train_online_sgd", "benchmark_steps",
+           "cpu_threads", "cubic_features", "sample_tokens", "standard_normal", "train_online_sgd", "benchmark_steps",
            "validate_covariance"]
 
 DTYPE = torch.float64
@@ -116,12 +117,24 @@ class TokenBatch(NamedTuple):
     w: torch.Tensor
 
 
+def standard_normal(shape: tuple, generator: torch.Generator, device, dtype) -> torch.Tensor:
+    """Standard Gaussian draws of ``shape`` in ``dtype``, drawn in float32 and cast.
+
+    torch's CPU sampler takes about 14 ns per float64 number and 2.5 ns per float32 one, and the
+    draws were the largest single cost of an online-SGD step. The cast numbers are N(0, 1) to
+    float32 resolution (relative spacing 6e-8), far below any statistic the checks resolve;
+    everything after the draw runs in ``dtype``."""
+    draw = torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
+    return draw if dtype == torch.float32 else draw.to(dtype)
+
+
 def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
                   device=None, dtype=DTYPE, chol: torch.Tensor | None = None) -> TokenBatch:
     """Draw ``batch`` sequences of the data model (§2.1, eqs. 1-2).
 
     ``x_1..x_N, x_q ~ N(0, Lambda)`` i.i.d. (through the Cholesky factor of ``Lambda``),
-    ``w ~ N(0, I_D)``, ``y_n = w^T x_n``, ``y_q = w^T x_q``, no label noise.
+    ``w ~ N(0, I_D)``, ``y_n = w^T x_n``, ``y_q = w^T x_q``, no label noise. The standard
+    Gaussians are drawn in float32 and cast (:func:`standard_normal`).
 
     Parameters
     ----------
@@ -151,9 +164,9 @@ def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
         lam = validate_covariance(Lambda)
         chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
     D = chol.shape[0]
-    g = torch.randn(batch, N + 1, D, generator=generator, device=device, dtype=dtype)
+    g = standard_normal((batch, N + 1, D), generator, device, dtype)
     x = g @ chol.T                                   # (B, N+1, D), rows ~ N(0, Lambda)
-    w = torch.randn(batch, D, generator=generator, device=device, dtype=dtype)
+    w = standard_normal((batch, D), generator, device, dtype)
     y = (x @ w.unsqueeze(-1)).squeeze(-1)            # (B, N+1)
     y_q = y[:, N].clone()
     y = y.clone()
@@ -461,6 +474,11 @@ class TrainResult:
         The final effective matrix.
     M_log : ndarray (T, D, D)
         The effective matrix at every logged step.
+    weights : dict or None
+        ``{i: model.flow_weights()}`` at logged steps ``step[i]``, for a model that has it (the
+        separate layer's ``(v, k, q)``: a state the exact flow can start from), at about
+        :data:`WEIGHT_SNAPSHOTS` evenly spaced logged steps (every one for a short run); None
+        otherwise.
     eta, batch : float, int
     seconds : float
         Wall time of the run.
@@ -477,6 +495,11 @@ class TrainResult:
     batch: int
     seconds: float
     M_log: np.ndarray = field(default=None, repr=False)
+    weights: dict | None = field(default=None, repr=False)
+
+
+#: About how many weight snapshots :func:`train_online_sgd` keeps (``TrainResult.weights``).
+WEIGHT_SNAPSHOTS = 4000
 
 
 def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int, batch: int,
@@ -547,12 +570,16 @@ def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int
     opt = torch.optim.SGD(model.parameters(), lr=eta)
 
     log_step, log_batch, log_v, log_u, Ms = [], [], [], [], []
+    weights = {} if hasattr(model, "flow_weights") else None
+    keep_every = max(1, (steps // log_every) // WEIGHT_SNAPSHOTS)
 
     def log(k, batch_loss):
         M = model.effective_matrix().detach().cpu().numpy().astype(np.float64)
         log_step.append(k)
         log_batch.append(batch_loss)
         Ms.append(M)
+        if weights is not None and (len(log_step) - 1) % keep_every == 0:
+            weights[len(log_step) - 1] = model.flow_weights()
         if has_blocks:
             nv, nu = model.zero_block_norms()
             log_v.append(nv)
@@ -581,7 +608,7 @@ def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int
         step=step, t=2.0 * eta * step, loss=population, batch_loss=np.asarray(log_batch),
         zero_v=np.asarray(log_v) if has_blocks else None,
         zero_u=np.asarray(log_u) if has_blocks else None,
-        M=Ms[-1], eta=eta, batch=batch, seconds=seconds, M_log=Ms)
+        M=Ms[-1], eta=eta, batch=batch, seconds=seconds, M_log=Ms, weights=weights)
 
 
 def benchmark_steps(D: int, N: int, H: int, batch: int, steps: int, device="cpu",

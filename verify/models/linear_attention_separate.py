@@ -163,6 +163,13 @@ class SeparateLinearAttention(nn.Module):
         """The scalar blocks ``k_ir = W^K_i[r, D]``, shape (H, R); zero in the theory."""
         return self.WK[:, :, self.D]
 
+    def flow_weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(v, k, q)`` as float64 arrays: the reduced weights the exact flow integrates
+        (:func:`verify.flows.separate.integrate`), so that it can start from a trained state."""
+        with torch.no_grad():
+            return tuple(t.detach().cpu().numpy().astype(np.float64)
+                         for t in (self.value_scalars(), self.keys(), self.queries()))
+
     def zero_block_norms(self) -> tuple[float, float]:
         """Frobenius norms over all heads of the vector blocks ``(v_i)`` and the scalars ``(k_ir)``."""
         with torch.no_grad():

@@ -26,13 +26,15 @@ __all__ = ["LEVEL_RTOL", "DROP_RTOL", "WINDOW", "RUN_PAST_LAST_DROP", "downsampl
 
 #: Plateau levels of the trained layer vs eq. 19 (relative).
 LEVEL_RTOL = 0.01
-#: Drop times of the trained layer vs the exact flow (relative), by profile. The full
-#: profile's filed runs were within 2.2 % (R = 1) and 8.2 % (R = 8) of 10 %. In the quick
-#: profile (batch 2000) the last drop, after the longest plateau, is the noisiest: over
-#: seeds 0-19 its error was 0.004-0.109 (four seeds above 0.05), the first two drops' at most
-#: 0.039; 0.2 is about twice the largest, and the factor-2 time-mapping control (expected
-#: 0.5, measured 0.487-0.538) stays rejected.
-DROP_RTOL = {"quick": 0.2, "full": 0.10}
+#: Drop durations of the trained layer vs the exact flow restarted from the layer's own state
+#: (relative; :func:`restarted_drop_durations`), by profile. Quick profile, seeds 0-19 with
+#: float64 and with float32 draws (40 runs): at most 0.034 (the first drop, from the start), 0.054
+#: (the second: half of the shortest plateau, where the Euler bias weighs most), 0.025 (the last).
+#: From the start instead, the last drop's error reached 0.109 (float64) and 0.207 (float32, seed
+#: 10): SGD noise moves the small unstable component during the plateau. 0.1 is 1.9 times the
+#: largest; the factor-2 time-mapping control (expected 0.5) stays rejected. The full profile's
+#: filed runs were within 2.2 % (R = 1) and 8.2 % (R = 8) from the start.
+DROP_RTOL = {"quick": 0.1, "full": 0.10}
 #: Relative half-width (in t) of the window over which M is averaged at a plateau.
 WINDOW = 0.05
 #: The torch run lasts this many times the exact flow's last drop time (1.4: the final 10 %
@@ -118,6 +120,46 @@ def mapped_flattest(flow_t, pf, pt, j: int) -> float:
     if pf.flattest[j] < 0 or not np.all(np.isfinite([lo_f, lo_t, hi_f, hi_t])):
         return float("nan")
     return float(lo_t + (flow_t[pf.flattest[j]] - lo_f) * (hi_t - lo_t) / (hi_f - lo_f))
+
+
+def restarted_drop_durations(Lam, N, run, pt, pf, levels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each drop of the trained run against the exact flow restarted from the run's own state.
+
+    Drop 0: from the common start (``t_r = 0``, the flow's drop time ``pf.drop_times[0]``). Drop
+    ``j >= 1``: the exact flow (:func:`verify.flows.separate.integrate`) restarted from the run's
+    weights ``(v, k, q)`` (``run.weights``, the snapshot nearest) to the middle ``t_r`` of the run's
+    plateau j (halfway between its crossings j-1 and j), its duration to the mid-level crossing j against the run's
+    ``t'_j - t_r``. Why restart: the escape from a saddle starts from a small unstable component
+    that SGD noise moves during the plateau, and from the start the flow cannot know that; restarted
+    from the run's state halfway through the plateau, it can (quick profile, float32 draws, seed 10:
+    the last drop from the start 20.7 % early, from the start of its plateau 35 % early, from the
+    middle 0.06 %; seed 17: 10.9 %, 0.3 %, 0.05 %). What is compared is then the gradient flow's
+    own claim, the deterministic dynamics, over the second half of each plateau and its drop.
+
+    Returns ``(t_r, flow_duration, run_duration)`` per drop (NaN where the run or the restarted flow
+    does not cross).
+    """
+    from verify.flows import separate as fs
+
+    n = len(pt.drop_times)
+    t_r, flow_d, run_d = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    t_r[0], flow_d[0], run_d[0] = 0.0, pf.drop_times[0], pt.drop_times[0]
+    for j in range(1, n):
+        lo, hi = pt.drop_times[j - 1], pt.drop_times[j]
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            continue
+        mid = int(np.searchsorted(run.t, 0.5 * (lo + hi)))
+        i = min(run.weights, key=lambda key: abs(key - mid))  # the nearest kept snapshot
+        v, k, q = run.weights[i]
+        horizon = 2.0 * (run.t[-1] - run.t[i])
+        t_eval = np.concatenate([[0.0], np.geomspace(1e-3 * horizon, horizon, 2000)])
+        flow = fs.integrate(Lam, N, v, k, q, t_eval=t_eval, method="LSODA", dense=True)
+        t_r[j], run_d[j] = run.t[i], hi - run.t[i]
+        try:
+            flow_d[j] = fs.first_crossing(flow.t, flow.loss, 0.5 * (levels[j] + levels[j + 1]), flow.loss_at)
+        except ValueError:
+            pass  # the restarted flow does not drop within twice the run's remaining time: NaN, a failure
+    return t_r, flow_d, run_d
 
 
 def window_level(Lam, N, run, p, j: int, half_width: float = WINDOW, t_flat: float | None = None) -> float:
@@ -296,7 +338,6 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
         flow = fs.integrate(Lam, N, v0, k0, q0, t_eval=run.t, method="LSODA", dense=True)
         pf = fs.plateaus(flow.t, flow.loss, levels, func=flow.loss_at)
         pt = fs.plateaus(run.t, run.loss, levels)
-        pt_map = fs.plateaus(run.t / 2.0, run.loss, levels)
         # the flow makes all D drops within the run (the horizon guarantees it; a missing one
         # fails below); every conspicuous plateau (m a multiple of R) and the final level
         n = int(np.sum(np.isfinite(pf.drop_times)))
@@ -314,8 +355,10 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
         # conspicuous plateau, m = 0, has the same level in both)
         lvl_err_inf = np.where(resolved, np.abs(lvl - levels_inf[conspicuous]) / levels[conspicuous],
                                0.0)
-        drop_err = np.abs(pt.drop_times / pf.drop_times - 1.0)
-        drop_err_map = np.abs(pt_map.drop_times / pf.drop_times - 1.0)
+        t_r, flow_d, run_d = restarted_drop_durations(Lam, N, run, pt, pf, levels)
+        drop_err = np.abs(run_d / flow_d - 1.0)
+        drop_err_map = np.abs(0.5 * run_d / flow_d - 1.0)  # the same durations on the halved clock
+        drop_err_start = np.abs(pt.drop_times / pf.drop_times - 1.0)
         # a missing plateau or drop is a failure (NaN -> inf)
         lvl_max = worst(lvl_err)
         drop_max = worst(drop_err)
@@ -332,6 +375,9 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
                    "flow_drops_reached": n, "levels_measured": lvl.tolist(),
                    "level_rel_err": lvl_err.tolist(), "drops_torch": pt.drop_times.tolist(),
                    "drops_flow": pf.drop_times.tolist(), "drop_rel_err": drop_err.tolist(),
+                   "restarted at (run's time)": t_r.tolist(), "durations (restarted flow)": flow_d.tolist(),
+                   "durations (run)": run_d.tolist(),
+                   "drop_rel_err from the start (reported)": drop_err_start.tolist(),
                    "seconds": run.seconds, "steps": steps, "flow_last_drop": t_last,
                    "flow_horizon_integrated": T_flow,
                    "zero_blocks_end": [float(run.zero_v[-1]), float(run.zero_u[-1])]}
@@ -362,14 +408,16 @@ def run_training(ctx, setting: TrainingSetting, ranks=None) -> Outcome:
             "the last over the final 10 % of the run, which lasts 1.4 times the "
             "exact flow's last drop) vs eq. 19 within 1 % "
             "(the remaining SGD noise excess and the O(w_init^2) pull of unlearned heads are "
-            "~1e-3), and all D drop times (first "
-            "crossing of the mid-level) at t/tau = 2 eta k vs the exact flow from the same start "
-            f"within {drop_rtol:.0%} (Euler bias O(eta lambda a v^2) and SGD timing noise; the quick "
-            "profile's bound is about twice the largest error over seeds 0-19, 0.109 at the last drop)"),
+            "~1e-3), and all D drops (first crossing of the mid-level, at t/tau = 2 eta k): the "
+            "duration to each drop vs the exact flow's, the flow restarted from the layer's own "
+            "weights halfway through the preceding plateau (the first drop: from the common start), "
+            f"within {drop_rtol:.0%} (Euler bias O(eta lambda a v^2) and the SGD noise of half a "
+            "plateau; from the start, noise moves the small unstable component that sets each "
+            "escape, which the flow cannot know)"),
         # expected: the exact flow on the halved clock drops at exactly half its times (0.5);
         # the N -> infinity levels against eq. 19 at the compared plateaus (closed forms)
         controls=[
-            Control("time mapping t/tau = eta k (factor 2 missing): max |drop/drop_flow - 1|",
+            Control("time mapping t/tau = eta k (factor 2 missing): max |duration/duration_flow - 1|",
                     max(ctrl_map), drop_rtol, expected=0.5),
             Control("N -> infinity plateau levels sum_{d>m} lambda_d: max |level - sum| / L(M_m)",
                     max(ctrl_inf), LEVEL_RTOL, expected=max(exp_inf)),
@@ -403,10 +451,19 @@ def count_drops(batch_loss, block: int, min_drop: float, min_dip: float = 0.5) -
     peak of ``d_b`` of height at least ``min_drop`` whose prominence is at least ``min_dip``
     times its height, i.e. the decrease rate falls to at most ``1 - min_dip`` of the peak on
     both sides (a slower phase) before the next drop. The first decrease (block 0 to 1) is never
-    a drop: nothing slower is seen before it (the eq.-36 start relaxes its ``*`` blocks within
-    the first block, a decrease of about 2.5 % of tr Lambda in both layers at seed 6 of the
-    quick profile with float32 draws, which the population loss ``L(M)`` does not have).
+    a drop: nothing slower is seen before it.
+
+    A block mean of a batch-loss record carries sampling noise, and the running minimum of the
+    first blocks falls by noise alone (seed 6 of the quick profile with float32 draws: 0.025 of
+    tr Lambda = 1 from block 1 to 2 in both layers, the same batches, 2.8 standard errors). So
+    a decrease must also exceed ``z`` standard errors of the difference of the two block means,
+    ``z`` the Bonferroni threshold over the record's block pairs (:func:`verify.stats.z_threshold`)
+    and the standard error from the second differences of the record within each block
+    (``sd(x_{k+1} - 2 x_k + x_{k-1}) / sqrt 6``: the batches are fresh, and a smooth trend, even the
+    steepest part of a drop, hardly enters). A smooth curve (the exact flow's loss) has almost
+    none: ``min_drop`` decides.
     """
+    from verify.stats import z_threshold
     from scipy.signal import find_peaks
 
     x = np.asarray(batch_loss, dtype=np.float64)
@@ -414,13 +471,19 @@ def count_drops(batch_loss, block: int, min_drop: float, min_dip: float = 0.5) -
     nb = x.size // block
     if nb < 3:
         raise ValueError(f"batch_loss: need at least 3 blocks of {block} steps, got {x.size} steps")
-    means = x[:nb * block].reshape(nb, block).mean(1)
+    blocks = x[:nb * block].reshape(nb, block)
+    means = blocks.mean(1)
+    se = (np.std(np.diff(blocks, n=2, axis=1), axis=1, ddof=1) / np.sqrt(6.0) / np.sqrt(block)
+          if block > 3 else np.zeros(nb))
+    noise = z_threshold(nb - 1) * np.sqrt(se[:-1] ** 2 + se[1:] ** 2)
     low = np.minimum.accumulate(means)          # a transient spike is not a drop
     d = np.concatenate([low[:-1] - low[1:], [0.0]])  # d[b]: block b to b + 1; an edge is never a peak
-    peaks, props = find_peaks(d, height=min_drop, prominence=0.0)
+    height = np.concatenate([np.maximum(min_drop, noise), [np.inf]])
+    peaks, props = find_peaks(d, height=(height, None), prominence=0.0)
     keep = props["prominences"] >= min_dip * props["peak_heights"]
     spikes = int(np.sum(means > 1.1 * low))
     return int(np.sum(keep)), {"block_means": means.tolist(), "peak_blocks": peaks[keep].tolist(),
+                               "noise threshold (max)": float(noise.max()) if noise.size else 0.0,
                                "peak_decreases": props["peak_heights"][keep].tolist(),
                                "blocks 10 % above the running minimum": spikes}
 

@@ -166,8 +166,12 @@ def torch_training(ctx):
        flow's flattest point in the flow's (:func:`~verify.models.linear_attention_training.mapped_flattest`;
        the last: over the final 10 % of the run), with ``L(M_m)`` (eq. 19), relative difference
        <= 1 % for every ``m`` a multiple of ``R`` (the conspicuous plateaus, §5);
-    2. each drop time (first crossing of the midpoint between consecutive levels) with the
-       exact flow's, relative difference <= 20 % (quick profile) or 10 % (full; see DROP_RTOL).
+    2. each drop (first crossing of the midpoint between consecutive levels): the duration to it
+       from the middle of the preceding plateau against the exact flow restarted there from the
+       layer's own weights (the first drop: from the common start), relative difference <= 10 %
+       (:func:`~verify.models.linear_attention_training.restarted_drop_durations`; from the
+       start, SGD noise during a plateau moves the escape by up to 20 % in the quick profile,
+       which no flow from the start can predict; the drop times from the start are reported).
 
     Run length: plateau lengths depend on the draw (an O(1) factor), so the exact
     flow from the same start is integrated first until it has made all ``D`` drops
@@ -198,6 +202,9 @@ def torch_training(ctx):
 # Softmax (qualitative, Fig. 5b)
 # =====================================================================================
 #: Quick and full experiments of ``torch_softmax_drops`` (full: Fig. 3a/5b's D = 4, N = 31, H = 4).
+#: Blocks by which the negative control's merged loss curve starts late (see torch_softmax_drops).
+MERGED_DELAY = 5
+
 SOFTMAX_QUICK = dict(spectrum=tuple(np.array([3.0, 2.0, 1.0]) / 6.0), N=15, H=3, w_init=5e-2, eta=0.2,
                      batch=500, steps=6000, block=100)
 SOFTMAX_FULL = dict(spectrum=(0.4, 0.3, 0.2, 0.1), N=31, H=4, w_init=5e-2, eta=0.2, batch=2000, steps=20000,
@@ -236,7 +243,8 @@ def torch_softmax_drops(ctx):
     crossings 1 to 3 blocks apart may be one or two (1.65 blocks apart were counted once,
     1.75 and 2 twice); a crossing in block 1 may fall in the first decrease, which is never a
     drop. Negative control: the counter on the exact-flow loss of
-    the merged model (§3: one abrupt drop) from an eq.-34 start of the same scale gives < 2.
+    the merged model (§3: one abrupt drop) from an eq.-34 start of the same scale, the curve started
+    :data:`MERGED_DELAY` blocks late (as from a smaller start), gives < 2 (the one drop).
     """
     import torch  # noqa: F401
 
@@ -273,10 +281,16 @@ def torch_softmax_drops(ctx):
     # negative control: the merged model's loss record (one abrupt drop) through the counter
     from verify.flows import merged as fm
 
-    vm, Um = fm.init_merged(ctx.rng, H, D, w_init)
-    merged = fm.integrate(Lam, N, vm, Um, t_eval=lin.t)
-    n_merged, info_merged = count_drops(merged.loss[1:], block, min_drop)
     block_time = block * 2.0 * eta  # time t/tau = 2 eta k (eq. 5)
+    vm, Um = fm.init_merged(ctx.rng, H, D, w_init)
+    # the merged model from this scale drops within the first block (eq.-11 plateau time ~11),
+    # where the counter never counts a decrease; a smaller start shifts eq. 10's sigmoid later in t
+    # (by ln(w/w') / gamma), so the record is the same curve started MERGED_DELAY blocks late
+    shifted = lin.t - MERGED_DELAY * block_time
+    late = shifted > 0
+    merged = fm.integrate(Lam, N, vm, Um, t_eval=np.concatenate([[0.0], shifted[late]]))
+    merged_loss = np.concatenate([np.full(int(np.sum(~late)), merged.loss[0]), merged.loss[1:]])
+    n_merged, info_merged = count_drops(merged_loss[1:], block, min_drop)
     crossings = fs.plateaus(lin.t, lin.loss, levels).drop_times
     fewest, most = resolvable_drops(crossings, block_time)
     consistent = fewest <= n_lin <= most
