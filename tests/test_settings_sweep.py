@@ -73,6 +73,12 @@ def test_settings_command(capsys):
     (["sweep", EQ10, "--grid", "tau=1,2"], "error: --grid: " + EQ10 + " has no setting 'tau'"),
     (["sweep", EQ10, "--grid", "w_init=1e-3,abc"], "error: w_init: expected a number"),
     (["sweep", EQ10, "--grid", "w_init=1e-3", "--set", "w_init=1e-4"], "error: --grid: w_init is also given"),
+    (["scan_snap.speed.gamma_integral", "--set", "K=1,2"],
+     "error: --set: K: expected 5 values, one per M (M=30,1000,1000,10000,2), got 2"),
+    (["scan_snap.speed.gamma_integral", "--set", "M=30,40", "--set", "K=1,2", "--set", "eta_Y=1,1"],
+     "error: --set: eta_Z: expected 2 values, one per M (M=30,40), got 5"),
+    (["sweep", "preconditioned_gd.multi_layer.steps_are_kernel_roots", "--grid", "d=3,4"],
+     "error: d: expected 6 values, one per n"),
 ])
 def test_bad_settings_on_the_command_line_are_one_line(argv, message, capsys, tmp_path):
     assert cli.main([*argv, "--report", str(tmp_path / "r"), "--quiet"]) == 2

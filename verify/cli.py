@@ -474,10 +474,11 @@ def _cmd_settings(chk, out) -> int:
     return 0
 
 
-def _overrides(selected: list, assignments: list[str]) -> dict[str, dict]:
-    """check id -> the --set values that apply to it (each validated by the check's setting);
-    a name that no selected check declares is an error naming it."""
-    from .settings import parse_assignment
+def _overrides(selected: list, assignments: list[str], profile: str = "quick") -> dict[str, dict]:
+    """check id -> the --set values that apply to it (each validated by the check's setting, and
+    paired lists against each other at ``profile``'s values); a name that no selected check
+    declares is an error naming it."""
+    from .settings import parse_assignment, resolve
 
     pairs = [parse_assignment(a) for a in assignments]
     names = [n for n, _ in pairs]
@@ -497,6 +498,12 @@ def _overrides(selected: list, assignments: list[str]) -> dict[str, dict]:
             except ValueError as exc:
                 raise _UsageError(f"--set: {exc}") from None
             out.setdefault(c.id, {})[name] = value
+    for c in selected:
+        if c.id in out:
+            try:
+                resolve(c.settings, profile, out[c.id], c.id)
+            except ValueError as exc:
+                raise _UsageError(f"--set: {exc}") from None
     return out
 
 
@@ -833,7 +840,7 @@ def _main(argv: list[str] | None) -> int:
         else:
             selected = _selection(args, registered)
         try:
-            overrides = _overrides(selected, args.assignments)
+            overrides = _overrides(selected, args.assignments, args.profile)
         except ValueError as exc:
             raise _UsageError(str(exc)) from None
         if sweep is not None:

@@ -20,7 +20,9 @@ Kinds
 -----
 ``int``, ``float``: one number in ``[low, high]`` (``float`` may be log-spaced in a sweep; the
 kind does not care). ``ints``, ``floats``: a non-empty list of such numbers (``--set d=2,8``; a
-single value is a one-element list). ``bool``: ``true``/``false``. ``choice``: one of
+single value is a one-element list); ``paired_with="M"`` makes a list one value per item of the
+list ``M`` (checked when a run's settings are resolved, and for ``--set`` before anything runs).
+``bool``: ``true``/``false``. ``choice``: one of
 ``choices``. ``spectrum``: a covariance spectrum in a small language (:func:`parse_spectrum`):
 ``white``, ``power:ALPHA`` (eigenvalues proportional to k^-ALPHA), or explicit eigenvalues
 ``0.4,0.3,0.2,0.1``; its value is a :class:`Spectrum`, turned into eigenvalues for a dimension
@@ -33,7 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Setting", "Spectrum", "KINDS", "parse_spectrum", "parse_assignment", "resolve"]
+__all__ = ["Setting", "Spectrum", "KINDS", "parse_spectrum", "parse_assignment", "resolve", "check_pairs"]
 
 KINDS = ("int", "float", "ints", "floats", "bool", "choice", "spectrum")
 
@@ -108,6 +110,7 @@ class Setting:
     high: float | None = None
     choices: tuple = ()
     sweep: tuple = field(default=(), compare=False)  # suggested grid, for the docs
+    paired_with: str | None = None  # a list setting of the same length: one value per item of it
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -116,6 +119,8 @@ class Setting:
             raise ValueError(f"name: {self.name!r} is not a valid setting name")
         if self.kind == "choice" and not self.choices:
             raise ValueError(f"choices: a choice setting ({self.name}) needs its choices")
+        if self.paired_with is not None and self.kind not in ("ints", "floats"):
+            raise ValueError(f"paired_with: only a list setting can be paired ({self.name} is {self.kind})")
         for profile in ("quick", "full"):  # the declared defaults must themselves be valid
             self.validate(getattr(self, profile))
 
@@ -207,7 +212,21 @@ def resolve(settings: tuple[Setting, ...], profile: str, overrides: dict | None,
             known = ", ".join(declared) or "none"
             raise ValueError(f"{name}: {check_id} has no setting {name!r} (its settings: {known})")
         out[name] = declared[name].validate(value)
+    check_pairs(settings, out)
     return out
+
+
+def check_pairs(settings: tuple[Setting, ...], values: dict) -> None:
+    """Each list setting ``paired_with`` another must have one value per item of it; otherwise
+    ``ValueError`` naming the setting (``K: expected 5 values, one per M (...), got 2``)."""
+    for s in settings:
+        if s.paired_with is None:
+            continue
+        mine, theirs = values[s.name], values[s.paired_with]
+        if len(mine) != len(theirs):
+            shown = ",".join(_shown(v) for v in theirs)
+            raise ValueError(f"{s.name}: expected {len(theirs)} values, one per {s.paired_with} "
+                             f"({s.paired_with}={shown}), got {len(mine)}")
 
 
 def as_data(values: dict) -> dict:

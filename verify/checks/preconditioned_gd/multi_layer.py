@@ -256,7 +256,7 @@ def _kernel_roots(L: int, n: int, d: int, dps: int) -> list:
        settings=[Setting("n", "ints", quick=tuple(n for n, _ in ROOT_CASES), full=tuple(n for n, _ in ROOT_CASES),
                          low=1, high=2**60, doc="context lengths n, paired with d (same length)"),
                  Setting("d", "ints", quick=tuple(d for _, d in ROOT_CASES), full=tuple(d for _, d in ROOT_CASES),
-                         low=1, high=2**60, doc="dimensions d, paired with n (same length)"),
+                         low=1, high=2**60, doc="dimensions d, one per n", paired_with="n"),
                  Setting("L", "ints", quick=(1, 2, 3), full=(1, 2, 3), low=1, high=3,
                          doc="numbers of layers L (closed forms exist for L <= 3)"),
                  Setting("dps", "int", quick=60, full=60, low=30, high=1000,
@@ -275,8 +275,6 @@ def steps_are_kernel_roots(ctx):
     from theory.preconditioned_gd.multi_layer import optimal_steps_of
 
     ns, ds = ctx.setting("n"), ctx.setting("d")
-    if len(ns) != len(ds):
-        raise ValueError(f"d: expected as many dimensions as context lengths n ({len(ns)}), got {len(ds)}")
     cases = tuple(zip(ns, ds))
     layers = tuple(sorted(set(ctx.setting("L"))))
     dps = ctx.setting("dps")

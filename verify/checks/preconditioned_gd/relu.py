@@ -50,10 +50,8 @@ def _relu_default(profile: str, j: int) -> tuple:
 
 
 def _relu_configs(ctx) -> dict:
-    """``{(d, n): prompts}`` from the settings ``d``, ``n`` (paired) and ``samples``."""
+    """``{(d, n): prompts}`` from the settings ``d``, ``n`` (paired with d) and ``samples``."""
     ds, ns, totals = ctx.setting("d"), ctx.setting("n"), ctx.setting("samples")
-    if len(ns) != len(ds):
-        raise ValueError(f"n: expected one context length per dimension d ({len(ds)}), got {len(ns)}")
     if len(totals) == 1:
         totals = totals * len(ds)
     if len(totals) != len(ds):
@@ -72,7 +70,7 @@ def _relu_configs(ctx) -> dict:
        settings=[Setting("d", "ints", quick=_relu_default("quick", 0), full=_relu_default("full", 0), low=1, high=200,
                          doc="dimensions d, paired with n (one Monte Carlo configuration per pair)"),
                  Setting("n", "ints", quick=_relu_default("quick", 1), full=_relu_default("full", 1), low=1,
-                         high=10_000, doc="context lengths n, paired with d (same length)"),
+                         high=10_000, doc="context lengths n, one per d", paired_with="d"),
                  Setting("samples", "ints", quick=_relu_default("quick", 2), full=_relu_default("full", 2),
                          low=1000, high=10**8, doc="prompts per (d, n) pair (one value: the same for every pair)")])
 def relu_mc_loss(ctx):

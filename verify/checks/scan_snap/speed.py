@@ -28,13 +28,8 @@ from verify.stats import evaluate as _cf
 
 
 def _zipped(ctx, *names: str) -> list[tuple]:
-    """The settings ``names`` (equal-length lists) zipped into cases; ``ValueError`` naming the
-    first setting whose length differs from the first one's."""
-    lists = [ctx.setting(name) for name in names]
-    for name, values in zip(names[1:], lists[1:]):
-        if len(values) != len(lists[0]):
-            raise ValueError(f"{name}: expected {len(lists[0])} values (one per {names[0]}), got {len(values)}")
-    return list(zip(*lists))
+    """The settings ``names`` (lists paired with the first, ``Setting.paired_with``) zipped into cases."""
+    return list(zip(*(ctx.setting(name) for name in names)))
 
 
 def _column(cases, j: int) -> tuple:
@@ -57,11 +52,11 @@ GAMMA_CASES_FULL = GAMMA_CASES + ((100, 20, 0.1, 0.5), (5000, 50, 2.0, 1.0))
        settings=[Setting("M", "ints", quick=_column(GAMMA_CASES, 0), full=_column(GAMMA_CASES_FULL, 0), low=2,
                          high=10**9, doc="vocabulary sizes M, one per case"),
                  Setting("K", "ints", quick=_column(GAMMA_CASES, 1), full=_column(GAMMA_CASES_FULL, 1), low=1,
-                         high=10**6, doc="numbers of classes K, one per case (same length as M)"),
+                         high=10**6, doc="numbers of classes K, one per case", paired_with="M"),
                  Setting("eta_Y", "floats", quick=_column(GAMMA_CASES, 2), full=_column(GAMMA_CASES_FULL, 2),
-                         low=1e-6, high=1e6, doc="learning rates eta_Y, one per case (same length as M)"),
+                         low=1e-6, high=1e6, doc="learning rates eta_Y, one per case", paired_with="M"),
                  Setting("eta_Z", "floats", quick=_column(GAMMA_CASES, 3), full=_column(GAMMA_CASES_FULL, 3),
-                         low=1e-6, high=1e6, doc="learning rates eta_Z, one per case (same length as M)")])
+                         low=1e-6, high=1e6, doc="learning rates eta_Z, one per case", paired_with="M")])
 def gamma_integral(ctx):
     cases = _zipped(ctx, "M", "K", "eta_Y", "eta_Z")
     rel, ctrl, peak_err, details = 0.0, 0.0, 0.0, {}
@@ -123,13 +118,13 @@ def gamma_integral(ctx):
                  Setting("K", "ints", quick=(1, 10, 3), full=(1, 10, 3), low=1, high=10**6,
                          doc="numbers of classes K, paired with eta_Y"),
                  Setting("eta_Y", "floats", quick=(1.0, 0.5, 5.0), full=(1.0, 0.5, 5.0), low=1e-6, high=1e6,
-                         doc="learning rates eta_Y, paired with K (same length)"),
+                         doc="learning rates eta_Y, one per K", paired_with="K"),
                  Setting("cor_M", "ints", quick=(1000, 100, 30), full=(1000, 100, 30), low=2, high=10**6,
                          doc="Corollary 1: vocabulary sizes M (one class), paired with cor_eta_Y and epsilon"),
                  Setting("cor_eta_Y", "floats", quick=(0.5, 1.0, 0.1), full=(0.5, 1.0, 0.1), low=1e-3, high=100.0,
-                         doc="Corollary 1: learning rates eta_Y (same length as cor_M)"),
+                         doc="Corollary 1: learning rates eta_Y, one per cor_M", paired_with="cor_M"),
                  Setting("epsilon", "floats", quick=(0.01, 0.05, 0.1), full=(0.01, 0.05, 0.1), low=1e-4, high=0.5,
-                         doc="Corollary 1: targets ||e_n - alpha_n|| <= epsilon (same length as cor_M)")])
+                         doc="Corollary 1: targets ||e_n - alpha_n|| <= epsilon, one per cor_M", paired_with="cor_M")])
 def asymptotics(ctx):
     failures, details = [], {}
     worst, ctrl_printed, e_printed = 0.0, 0.0, 0.0
