@@ -114,3 +114,12 @@ def test_sweep_writes_table_and_validity_map(tmp_path, capsys):
     assert not (rep / "sweep.csv").exists()
     md = (rep / "report.md").read_text()
     assert EQ10 in md
+
+
+def test_a_pairing_with_an_undeclared_setting_is_refused_at_registration():
+    from verify.registry import check
+    from verify.settings import Setting
+
+    with pytest.raises(ValueError, match="^settings: K of tmp.paired.check is paired with 'M', which it does not"):
+        check("tmp.paired.check", covers=[], method="symbolic", title="t",
+              settings=[Setting("K", "ints", quick=(1,), full=(1,), doc="classes", paired_with="M")])

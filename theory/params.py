@@ -293,12 +293,7 @@ def _covariance(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
     elif arr.ndim == 2:
         if arr.shape[0] != arr.shape[1] or arr.shape[0] == 0:
             raise _fail(p, f"expected a square D x D matrix, got shape {arr.shape}")
-        scale = max(np.max(np.abs(arr)), np.finfo(float).tiny)
-        if np.max(np.abs(arr - arr.T)) > _SYMMETRY_RTOL * scale:
-            raise _fail(p, "matrix is not symmetric")
-        arr = 0.5 * (arr + arr.T)
-        if np.linalg.eigvalsh(arr)[0] <= 0:
-            raise _fail(p, "matrix is not positive definite")
+        arr = _symmetric_positive_definite(p, arr[None], stacked=False)[0]
     else:
         raise _fail(p, f"expected a matrix or a list of eigenvalues, got {arr.ndim} dimensions")
     _fix_dim(p, arr.shape[0], dims)
@@ -327,16 +322,26 @@ def validate_stack(p: Param, value: Any, dims: dict[str, int]) -> np.ndarray:
         raise _fail(p, f"expected a stack of square matrices (S, D, D), got shape {arr.shape}")
     _fix_dim(p, arr.shape[1], dims)
     if p.kind == "covariance":
-        scale = np.maximum(np.max(np.abs(arr), axis=(1, 2)), np.finfo(float).tiny)
-        bad = np.nonzero(np.max(np.abs(arr - np.swapaxes(arr, 1, 2)), axis=(1, 2)) > _SYMMETRY_RTOL * scale)[0]
-        if bad.size:
-            raise _fail(p, f"matrix is not symmetric (item {bad[0]} of the stack)")
-        arr = 0.5 * (arr + np.swapaxes(arr, 1, 2))
-        bad = np.nonzero(np.linalg.eigvalsh(arr)[:, 0] <= 0)[0]
-        if bad.size:
-            raise _fail(p, f"matrix is not positive definite (item {bad[0]} of the stack)")
-    elif p.kind != "matrix":
+        return _symmetric_positive_definite(p, arr, stacked=True)
+    if p.kind != "matrix":
         raise _fail(p, f"a {p.kind} parameter cannot be given as a stack")
+    return arr
+
+
+def _symmetric_positive_definite(p: Param, arr: np.ndarray, stacked: bool) -> np.ndarray:
+    """The symmetric parts of the matrices ``arr`` (S, D, D); ``ValueError`` naming ``p`` (and, for a
+    stack, the item) where one is not symmetric to :data:`_SYMMETRY_RTOL` or not positive definite."""
+    def where(i):
+        return f" (item {i} of the stack)" if stacked else ""
+
+    scale = np.maximum(np.max(np.abs(arr), axis=(1, 2)), np.finfo(float).tiny)
+    bad = np.nonzero(np.max(np.abs(arr - np.swapaxes(arr, 1, 2)), axis=(1, 2)) > _SYMMETRY_RTOL * scale)[0]
+    if bad.size:
+        raise _fail(p, f"matrix is not symmetric{where(bad[0])}")
+    arr = 0.5 * (arr + np.swapaxes(arr, 1, 2))
+    bad = np.nonzero(np.linalg.eigvalsh(arr)[:, 0] <= 0)[0]
+    if bad.size:
+        raise _fail(p, f"matrix is not positive definite{where(bad[0])}")
     return arr
 
 

@@ -243,6 +243,10 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
     names = [st.name for st in settings]
     if len(set(names)) != len(names):
         raise ValueError(f"settings: {id} declares a setting twice ({names})")
+    for st in settings:
+        if st.paired_with is not None and st.paired_with not in names:
+            raise ValueError(f"settings: {st.name} of {id} is paired with {st.paired_with!r}, "
+                             "which it does not declare")
 
     def deco(func):
         for name in (id, *aliases):

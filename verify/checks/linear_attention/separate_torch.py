@@ -283,9 +283,11 @@ def torch_softmax_drops(ctx):
 
     block_time = block * 2.0 * eta  # time t/tau = 2 eta k (eq. 5)
     vm, Um = fm.init_merged(ctx.rng, H, D, w_init)
-    # the merged model from this scale drops within the first block (eq.-11 plateau time ~11),
-    # where the counter never counts a decrease; a smaller start shifts eq. 10's sigmoid later in t
-    # (by ln(w/w') / gamma), so the record is the same curve started MERGED_DELAY blocks late
+    # the merged model from this scale drops within the first block (its plateau time, eq. 54 of
+    # linear_attention.merged.plateau_time: about 11 in the quick profile and 16 in the full,
+    # against blocks of 40 and 160), where the counter never counts a decrease; a smaller start
+    # shifts eq. 10's sigmoid later in t (by ln(w/w') / gamma), so the record is the same curve
+    # started MERGED_DELAY blocks late
     shifted = lin.t - MERGED_DELAY * block_time
     late = shifted > 0
     merged = fm.integrate(Lam, N, vm, Um, t_eval=np.concatenate([[0.0], shifted[late]]))
