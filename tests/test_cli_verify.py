@@ -504,7 +504,7 @@ def test_ctrl_c_while_drawing_figures_keeps_the_numbers(temporary_checks, tmp_pa
     (report / "results.json").write_text(json.dumps({"metadata": {}, "results": []}))
     before = snapshot(report)
     monkeypatch.setattr(report_mod, "_have_matplotlib", lambda: True)
-    monkeypatch.setattr(report_mod, "render_figure", lambda spec, path: _interrupt(None))
+    monkeypatch.setattr(report_mod, "_write_figure", lambda files, path: _interrupt(None))
     status = cli.main(["tmp_topic.ctrlc.drawn", "--report", str(report), "--quiet"])
     err = capsys.readouterr().err
     assert status == 130 and "Traceback" not in err and len(err.splitlines()) == 1

@@ -35,3 +35,32 @@ def test_specs_are_plain_json_and_render(tmp_path):
 def test_bad_specs_name_the_argument(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_figures_drawn_ahead_are_the_files_the_report_writes(tmp_path, monkeypatch):
+    """A run's figures are drawn as it finishes (:func:`verify.report.draw_ahead`); the report then
+    only writes them, and a spec that could not be drawn becomes a note of the report."""
+    import verify.report as report_mod
+    from verify.registry import CheckResult
+
+    t = np.linspace(0, 1, 5)
+    res = CheckResult(id="tmp_topic.part.drawn", title="t", covers=[], method="exact_flow", profile="quick",
+                      seed=0, passed=True, measured=1.0, predicted=1.0, discrepancy=0.1, tolerance=1.0,
+                      criterion="c", controls=[], details={}, seconds=0.1,
+                      figures={"ok": lines("sigma", "t", "y", [series("flow", t, t ** 2)]), "bad": {"kind": "pie"}})
+    report_mod.draw_ahead(res)
+    assert res.drawn["ok"][".png"].startswith(b"\x89PNG\r\n\x1a\n")
+    assert res.drawn["ok"][".svg"].lstrip().startswith(b"<?xml")
+    assert res.drawn["bad"].startswith("ValueError: kind: expected")
+    assert "drawn" not in res.as_json()
+
+    def not_again(spec):
+        raise AssertionError("drawn twice")
+
+    monkeypatch.setattr(report_mod, "draw_figure", not_again)
+    report_mod.write_files([res], tmp_path, profile="quick", seed=0, device="cpu", seconds=1.0)
+    png = tmp_path / "figures" / "tmp_topic.part.drawn-ok.png"
+    assert png.read_bytes() == res.drawn["ok"][".png"]
+    assert png.with_suffix(".svg").read_bytes() == res.drawn["ok"][".svg"]
+    assert png.with_suffix(".csv").is_file()
+    assert "bad: ValueError: kind: expected" in (tmp_path / "report.md").read_text()

@@ -142,12 +142,18 @@ def _dask_processes(tmp_path, n_workers: int, *, env=None, preload=None):
 
 def test_serial_local_cluster_and_remote_scheduler_agree(tmp_path):
     """The same tasks give the same results serially, on --workers 2 and on a scheduler with two
-    workers started as separate processes on 127.0.0.1."""
+    workers started as separate processes on 127.0.0.1; figures drawn on the workers come back."""
     tasks = [Task(i, s) for i in FAST for s in (0, 3)]
     serial = _summary(execute(tasks))
     assert all(p for _, _, p, _ in serial)
-    local = _summary(execute(tasks, workers=2))
-    assert local == serial
+    drawn = execute(tasks + [Task("scan_snap.h.regimes", 0)], workers=2, draw=True)
+    assert _summary(drawn[:-1]) == serial
+    # the figures of a run are drawn on its worker and come back with it
+    assert drawn[-1].figures and set(drawn[-1].drawn) == set(drawn[-1].figures)
+    assert all(f[".png"].startswith(b"\x89PNG") for f in drawn[-1].drawn.values())
+    here = execute([Task("scan_snap.h.regimes", 0)], draw=True)[0]  # serially: in a thread beside the checks
+    assert here.drawn.keys() == drawn[-1].drawn.keys()
+    assert not any(r.drawn for r in execute(tasks[:1]))  # only when asked
     with _dask_processes(tmp_path, 2) as address:
         assert address.startswith("tcp://127.0.0.1:")
         remote = _summary(execute(tasks, scheduler=address))

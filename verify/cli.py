@@ -548,9 +548,9 @@ def _check_device(device: str) -> None:
 def _run_all(selected: list, seeds: list[int], *, profile: str, device: str, quiet: bool,
              workers: int | None = None, scheduler: str | None = None, store=None,
              resume: bool = False, overrides: dict | None = None,
-             points: list[dict] | None = None) -> tuple[list[CheckResult], float, bool]:
+             points: list[dict] | None = None, draw: bool = False) -> tuple[list[CheckResult], float, bool]:
     """Run every selected check at every seed (seed by seed; on Dask as tasks); stops at
-    Ctrl-C.
+    Ctrl-C. ``draw``: draw the figures as the runs finish (for a report).
 
     Returns the results of the runs that finished (in task order), the wall time and whether the
     run was interrupted.
@@ -568,7 +568,7 @@ def _run_all(selected: list, seeds: list[int], *, profile: str, device: str, qui
     interrupted = False
     try:
         results = execute(tasks, workers=workers, scheduler=scheduler, store=store, resume=resume,
-                          on_result=progress.finish, progress=progress.nested())
+                          on_result=progress.finish, progress=progress.nested(), draw=draw)
     except Interrupted as exc:
         results, interrupted = exc.results, True
     finally:
@@ -615,7 +615,7 @@ def run_checks(selected: list, *, profile: str, seed: int = 0, device: str, quie
         results, seconds, interrupted = _run_all(
             selected, [seed] if seeds is None else seeds, profile=profile, device=device,
             quiet=quiet, workers=workers, scheduler=scheduler, store=db, resume=resume,
-            overrides=overrides, points=points)
+            overrides=overrides, points=points, draw=folder is not None)
         _print_results(results, seconds, sys.stdout, seeds=seeds, partial=interrupted)
         settings = dict(profile=profile, seed=seed if seeds is None else None, device=device,
                         seconds=seconds, seeds=seeds)

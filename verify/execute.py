@@ -75,9 +75,10 @@ def skipped_result(chk, reason: str, *, profile: str, seed: int) -> CheckResult:
         controls=[], details={"skipped": reason}, seconds=0.0)
 
 
-def run_task(task: Task, threads: int | None = None, progress=None) -> CheckResult:
+def run_task(task: Task, threads: int | None = None, progress=None, draw: bool = False) -> CheckResult:
     """Run one task here (in this process or in a Dask worker). ``threads``: cap torch's CPU
-    threads (BLAS threads are capped by the worker's environment)."""
+    threads (BLAS threads are capped by the worker's environment). ``draw``: draw the run's
+    figures too (:func:`verify.report.draw_ahead`), so that a worker, not the report, draws them."""
     from .registry import get_check, run_check
 
     if threads is not None:
@@ -91,19 +92,28 @@ def run_task(task: Task, threads: int | None = None, progress=None) -> CheckResu
     reason = chk.available()
     if reason:
         return skipped_result(chk, reason, profile=task.profile, seed=task.seed)
-    return run_check(chk, profile=task.profile, seed=task.seed, device=task.device, progress=progress,
-                     settings=task.settings)
+    res = run_check(chk, profile=task.profile, seed=task.seed, device=task.device, progress=progress,
+                    settings=task.settings)
+    if draw:
+        from .report import draw_ahead
+
+        draw_ahead(res)
+    return res
 
 
 def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | None = None,
             store=None, resume: bool = False, on_result: Callable[[CheckResult], None] | None = None,
-            progress=None, retries: int = 2, threads: int | None = None) -> list[CheckResult]:
+            progress=None, retries: int = 2, threads: int | None = None,
+            draw: bool = False) -> list[CheckResult]:
     """Run ``tasks`` and return their results in task order (see the module docstring).
 
     ``store``: a :class:`verify.results.Store` that every result is written to as it arrives;
     with ``resume``, stored results are reused. ``on_result(result)`` is called once per task as it
     finishes (stored ones first). ``progress``: what a serially run check gets as
-    ``ctx.progress``. Ctrl-C raises :class:`Interrupted` carrying what finished."""
+    ``ctx.progress``. ``draw``: draw each run's figures as it finishes (for a report;
+    :func:`verify.report.draw_ahead`): on its Dask worker, or, run serially, in one thread beside
+    the next check (matplotlib's Agg canvases, one figure at a time). Ctrl-C raises
+    :class:`Interrupted` carrying what finished."""
     if workers is not None and scheduler is not None:
         raise ValueError("--workers: cannot be combined with --scheduler (give one of them)")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
@@ -128,15 +138,36 @@ def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | N
 
     try:
         if workers is None and scheduler is None:
-            for i in pending:
-                finished(i, run_task(tasks[i], threads, progress))
+            _serially([(i, tasks[i]) for i in pending], finished, threads=threads, progress=progress,
+                      draw=draw)
         else:
             _on_dask([(i, tasks[i]) for i in pending], finished, workers=workers, scheduler=scheduler,
-                     retries=retries, threads=threads,
+                     retries=retries, threads=threads, draw=draw,
                      estimates=store.mean_seconds() if store is not None else None)
     except KeyboardInterrupt:
         raise Interrupted([r for r in results if r is not None]) from None
     return results  # type: ignore[return-value]
+
+
+def _serially(indexed: list[tuple[int, Task]], finished, *, threads, progress, draw: bool) -> None:
+    """Run the tasks one after another in this process; with ``draw``, a finished run's figures
+    are drawn in one background thread while the next check runs (the last ones are waited for)."""
+    if not draw:
+        for i, task in indexed:
+            finished(i, run_task(task, threads, progress))
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .report import draw_ahead
+
+    drawing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draw-figures")
+    try:
+        for i, task in indexed:
+            res = run_task(task, threads, progress)
+            finished(i, res)
+            drawing.submit(draw_ahead, res)
+    finally:  # Ctrl-C: drop what is not drawn yet (the report draws it, or says it did not)
+        drawing.shutdown(wait=True, cancel_futures=True)
 
 
 #: Seconds a check of each method takes in the quick profile, roughly, when the store has no record
@@ -145,7 +176,7 @@ _GUESS = {"torch": 10.0, "monte_carlo": 3.0, "exact_flow": 2.0, "high_precision"
 
 
 def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, retries, threads,
-             estimates: dict | None = None) -> None:
+             estimates: dict | None = None, draw: bool = False) -> None:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -183,7 +214,7 @@ def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, r
             method = get_check(task.check_id).method
             gpu = task.device == "cuda" and method == "torch"
             # the longest tasks first (a long task started last leaves the other workers idle)
-            fut = client.submit(run_task, task, threads, key=task.name, pure=False, retries=retries,
+            fut = client.submit(run_task, task, threads, None, draw, key=task.name, pure=False, retries=retries,
                                 resources={"GPU": 1} if gpu else None,
                                 priority=int(estimates.get(task.check_id, _GUESS.get(method, 1.0))))
             futures[fut] = i

@@ -135,12 +135,14 @@ class CheckResult:
     traceback: str | None = None
     figures: dict = field(default_factory=dict, repr=False)
     settings: dict = field(default_factory=dict)
+    #: The figures drawn ahead of the report (:func:`verify.report.draw_ahead`); not part of the record.
+    drawn: dict = field(default_factory=dict, repr=False, compare=False)
 
     def as_json(self) -> dict:
         """The record as strict JSON; non-finite numbers are ``null`` and listed, with where they
         are, in ``nonfinite`` (``{"discrepancy": "nan", "measured.x[2]": "inf"}``)."""
         flags: list = []
-        d = to_jsonable({k: v for k, v in self.__dict__.items() if k != "figures"}, flags)
+        d = to_jsonable({k: v for k, v in self.__dict__.items() if k not in ("figures", "drawn")}, flags)
         if flags:
             d["nonfinite"] = dict(flags)
         return d

@@ -62,7 +62,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["write_report", "write_files", "metadata", "source_commit", "render_figure",
+__all__ = ["write_report", "write_files", "metadata", "source_commit", "render_figure", "draw_figure", "draw_ahead",
            "group_of", "paper_heading", "status_of", "pass_rates", "format_seeds", "rate_text",
            "worst_text",
            "ReportFolder", "report_kind", "partial_destination", "sigint_deferred"]
@@ -887,13 +887,20 @@ def _render_all(results, out: Path, multi: bool = False, varying: dict | None = 
         stem = f"{_slug(r.id)}-seed{r.seed}" if multi else _slug(r.id)
         if view.settings_text(r):
             stem += "-" + _slug(view.settings_text(r))
+        ahead = getattr(r, "drawn", None) or {}
         for name, spec in r.figures.items():
             path = fig_dir / f"{stem}-{_slug(str(name))}.png"
+            files = ahead.get(name)
             try:
-                render_figure(spec, path)
+                if files is None:
+                    files = draw_figure(spec)
+                if isinstance(files, str):  # drawn ahead, and it could not be
+                    raise ValueError(files)
+                _write_figure(files, path)
                 figure_data(spec, path.with_suffix(".csv"))
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
-                notes.setdefault(key, []).append(f"{name}: {type(exc).__name__}: {exc}")
+            except FIGURE_ERRORS as exc:
+                text = str(exc) if isinstance(files, str) else f"{type(exc).__name__}: {exc}"
+                notes.setdefault(key, []).append(f"{name}: {text}")
                 continue
             drawn.setdefault(key, []).append((str(name), path))
     return drawn, notes
@@ -930,9 +937,11 @@ def figure_data(spec: dict, path) -> None:
     Path(path).write_text(buf.getvalue(), encoding="utf-8")
 
 
-def render_figure(spec: dict, path) -> None:
-    """Draw one figure spec (see the module docstring) to ``path`` (Agg), a PNG, and beside it
-    the same figure in the other :data:`FIGURE_FORMATS` (SVG) when ``path`` ends in ``.png``."""
+def draw_figure(spec: dict) -> dict[str, bytes]:
+    """Draw one figure spec (see the module docstring) in every :data:`FIGURE_FORMATS` (Agg):
+    ``{".png": bytes, ".svg": bytes}``. Raises ``KeyError``, ``TypeError``, ``ValueError`` or
+    ``IndexError`` for a spec it cannot draw."""
+    import io
     import warnings
 
     from matplotlib import rc_context
@@ -941,17 +950,53 @@ def render_figure(spec: dict, path) -> None:
     kind = spec.get("kind")
     if kind not in ("lines", "heatmaps"):
         raise ValueError(f"kind: expected 'lines' or 'heatmaps', got {kind!r}")
+    files = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. log axes with non-positive data
         fig = _lines(spec, Figure) if kind == "lines" else _heatmaps(spec, Figure)
-        fig.savefig(path, dpi=130)
-        if str(path).endswith(".png"):
-            # the constrained layout found for the PNG holds for every format (it is in inches): keep it
-            # rather than solving it again; SVG text stays text (searchable, editable, a third of the time)
-            fig.set_layout_engine("none")
-            with rc_context({"svg.fonttype": "none"}):
-                for ext in FIGURE_FORMATS[1:]:
-                    fig.savefig(Path(str(path)[:-4] + ext))
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=130)
+        files[".png"] = buf.getvalue()
+        # the constrained layout found for the PNG holds for every format (it is in inches): keep it
+        # rather than solving it again; SVG text stays text (searchable, editable, a third of the time)
+        fig.set_layout_engine("none")
+        with rc_context({"svg.fonttype": "none"}):
+            for ext in FIGURE_FORMATS[1:]:
+                buf = io.BytesIO()
+                fig.savefig(buf, format=ext[1:], dpi=130)
+                files[ext] = buf.getvalue()
+    return files
+
+
+#: The errors of a figure spec that cannot be drawn (the report notes them and goes on).
+FIGURE_ERRORS = (KeyError, TypeError, ValueError, IndexError)
+
+
+def render_figure(spec: dict, path) -> None:
+    """Draw one figure spec to ``path``, a PNG, and beside it the same figure in the other
+    :data:`FIGURE_FORMATS` (SVG)."""
+    _write_figure(draw_figure(spec), Path(path))
+
+
+def _write_figure(files: dict[str, bytes], png: Path) -> None:
+    for ext, data in files.items():
+        png.with_suffix(ext).write_bytes(data)
+
+
+def draw_ahead(result) -> None:
+    """Draw a finished run's figures before its report is written, into ``result.drawn``
+    (``{name: {ext: bytes}}``, or ``{name: "Error: message"}`` for a spec that cannot be drawn):
+    a run on Dask draws them on its worker, a serial run in a thread beside the next check, and
+    the report then only writes the files. Nothing when matplotlib is not installed."""
+    if not getattr(result, "figures", None) or not _have_matplotlib():
+        return
+    drawn = {}
+    for name, spec in result.figures.items():
+        try:
+            drawn[name] = draw_figure(spec)
+        except FIGURE_ERRORS as exc:
+            drawn[name] = f"{type(exc).__name__}: {exc}"
+    result.drawn = drawn
 
 
 def _title(text) -> str:

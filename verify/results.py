@@ -185,7 +185,7 @@ def _real(x) -> float | None:
 
 
 def _result(d: dict, figures: dict) -> CheckResult:
-    fields = {f: d.get(f) for f in CheckResult.__dataclass_fields__ if f != "figures"}
+    fields = {f: d.get(f) for f in CheckResult.__dataclass_fields__ if f not in ("figures", "drawn")}
     for f in ("discrepancy", "tolerance", "seconds"):
         fields[f] = float(fields[f]) if fields[f] is not None else float("nan")
     return CheckResult(**fields, figures=figures)

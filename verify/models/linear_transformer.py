@@ -308,6 +308,9 @@ def sample_tokens_torch(Sigma, n: int, batch: int, *, generator, task: str = "in
                         device=None, chol=None) -> TokenBatch:
     """Draw prompts of the Ahn et al. data model in torch (float64).
 
+    The Gaussians are drawn in float32 and cast
+    (:func:`verify.models.linear_attention.standard_normal`, about 5x faster).
+
     ``x^(1..n+1) ~ N(0, Sigma)`` through a Cholesky factor ``C`` (``Sigma = C C^T``),
     ``w* = C^{-T} g ~ N(0, Sigma^{-1})`` (``task="inverse"``, Theorems 3-4) or ``w* = g ~
     N(0, I)`` (``task="identity"``), noiseless labels. Same law as
@@ -326,6 +329,8 @@ def sample_tokens_torch(Sigma, n: int, batch: int, *, generator, task: str = "in
     chol : Tensor (d, d), optional
         Precomputed lower Cholesky factor on ``device``.
     """
+    from .linear_attention import standard_normal
+
     n = validate.integer("n", n)
     batch = validate.integer("batch", batch)
     generator = validate.generator(generator)
@@ -336,9 +341,8 @@ def sample_tokens_torch(Sigma, n: int, batch: int, *, generator, task: str = "in
         chol = torch.as_tensor(np.linalg.cholesky(validate.covariance("Sigma", Sigma)), dtype=torch.float64,
                                device=device)
     d = chol.shape[0]
-    x = torch.randn(batch, n + 1, d, generator=generator, device=device,
-                    dtype=chol.dtype) @ chol.T                    # rows ~ N(0, Sigma)
-    u = torch.randn(batch, d, generator=generator, device=device, dtype=chol.dtype)
+    x = standard_normal((batch, n + 1, d), generator, device, chol.dtype) @ chol.T  # rows ~ N(0, Sigma)
+    u = standard_normal((batch, d), generator, device, chol.dtype)
     if task == "inverse":                                          # w = C^{-T} u: rows u C^{-1}
         eye = torch.eye(d, dtype=chol.dtype, device=device)
         u = u @ torch.linalg.solve_triangular(chol, eye, upper=False)

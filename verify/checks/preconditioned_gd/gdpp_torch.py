@@ -39,8 +39,15 @@ GDPP_FULL = dict(steps=20000, batch=20000, lr=0.1, halve_every=2500, betas=(0.99
                  clip=0.01, resample_every=100, optimizer="adamw", compile=True, threads=None)
 
 
-#: Tolerance on Dist(B_l, I) (l < L - 1) and Dist(Sigma^1/2 A_l Sigma^1/2, I).
-GDPP_TOL = {"quick": 0.3, "full": 0.1}
+#: Tolerances on Dist(B_l, I) (l < L - 1) and on Dist(Sigma^1/2 A_l Sigma^1/2, I). Full: the
+#: paper's "converging to 0" (Fig. 3), 0.1. Quick: a decision between two hypotheses after a short
+#: run that has not converged (Theorem 4 fixes the limit, not the speed). B: driven towards b I
+#: (seeds 0-39: Dist(B_0, I) 0.17-0.32, mean 0.24, sd 0.026) or not (B_{L-1}, which gets no
+#: gradient, keeps its random Dist of about 1); the threshold 0.5 is 10 sd above the first's mean
+#: and half the second. A: kept near Sigma^-1 (started on it, drifting while B_0 grows: Dist
+#: 0.16-0.24, mean 0.22, sd 0.017) or proportional to I as in plain GD (Dist(Sigma, I) = 0.53 for
+#: the experiment's spectrum); 0.35 lies between them, 8 sd above the first's mean.
+GDPP_TOL = {"quick": {"B": 0.5, "M": 0.35}, "full": {"B": 0.1, "M": 0.1}}
 
 
 #: Precision of the trained model and its prompts. Full: float32 (Gaussian sampling is ~5x
@@ -72,7 +79,12 @@ def theorem4_gdpp(ctx):
     ``B_l = b_l I`` predicts ``Dist(B_0, I)`` to fall while ``B_0`` grows along ``I``, and the
     loss to drop below ``optimal_loss`` (GD++ beats preconditioned GD). ``B_{L-1}`` never
     reaches the output (footnote 4): it gets no gradient and keeps its random ``Dist`` -- the
-    negative control of the same statistic. The trained weights projected on the set
+    negative control of the same statistic. The run is short and does not converge: the part of
+    ``B_0`` off ``I`` grows as well (``||B_0 - tr(B_0)/d I||_F`` about 0.2 -> 0.45 over the
+    1500 steps; in a 4000-step run it peaks near 0.56 and is 0.43 at the end), only much more
+    slowly than ``b_0`` (0 -> 0.76), so the quick profile tests the direction training takes,
+    with thresholds that separate it from the no-gradient control (:data:`GDPP_TOL`);
+    convergence is the full profile's. The trained weights projected on the set
     (``a_l = tr(Sigma^{1/2} A_l Sigma^{1/2}) / d``, ``b_0 = tr B_0 / d``) are evaluated by
     Monte Carlo against ``preconditioned_gd.gdpp.loss``.
 
@@ -114,8 +126,8 @@ def theorem4_gdpp(ctx):
     f_sparse_star = float(_cf("preconditioned_gd.multi_layer.optimal_loss", n=n, d=d, L=L))
     z_crit = z_threshold(3)
     relevant = slice(0, L - 1)
-    parts = {"max_{l<L-1} Dist(B_l, I) / tol": float(dist_B[relevant].max()) / tol,
-             "max_l Dist(Sigma^1/2 A_l Sigma^1/2, I) / tol": float(dist_M.max()) / tol,
+    parts = {"max_{l<L-1} Dist(B_l, I) / tol_B": float(dist_B[relevant].max()) / tol["B"],
+             "max_l Dist(Sigma^1/2 A_l Sigma^1/2, I) / tol_A": float(dist_M.max()) / tol["M"],
              "-z_crit / z(trained - sparse optimum) (z must be < -z_crit)":
                  (-z_crit / (delta / se_delta)) if delta < 0 else float("inf")}
     details_gdpp = {}
@@ -131,9 +143,9 @@ def theorem4_gdpp(ctx):
     # A_l = a_l Sigma^{-1}, so Dist(A_l, I) = Dist(Sigma^-1, I); b = 0: |gdpp.loss(a, b) -
     # gdpp.loss(a, 0)| over the measured s.e.
     controls = [Control("B_{L-1} (no gradient, footnote 4): Dist(B_{L-1}, I)",
-                        float(dist_B[L - 1]), tol, expected=float(dist_B_init[L - 1])),
+                        float(dist_B[L - 1]), tol["B"], expected=float(dist_B_init[L - 1])),
                 Control("plain GD (A_l proportional to I): min_l Dist(A_l, I)",
-                        float(dist_to_identity(A).min()), tol,
+                        float(dist_to_identity(A).min()), tol["M"],
                         expected=float(dist_to_identity(Sinv)))]
     if details_gdpp:
         controls.append(Control("gdpp.loss with the B_l dropped (b = 0): |z|",
@@ -147,14 +159,16 @@ def theorem4_gdpp(ctx):
                   "a_l (eq. 11 sign)": a, "b_l": b, "held-out loss": f_tr},
         predicted={"Dist": 0.0, "loss below the sparse optimum": f_sparse_star},
         discrepancy=max(parts.values()), tolerance=1.0,
-        criterion=(f"max of normalised discrepancies <= 1: Dist(B_l, I) (l < L-1) and "
-                   f"Dist(Sigma^1/2 A_l Sigma^1/2, I) <= {tol}, the paired held-out loss "
+        criterion=(f"max of normalised discrepancies <= 1: Dist(B_l, I) (l < L-1) <= {tol['B']}, "
+                   f"Dist(Sigma^1/2 A_l Sigma^1/2, I) <= {tol['M']}, the paired held-out loss "
                    f"significantly (z < -{z_crit:.2f}) below the sparse optimum, and (L <= 2) the "
                    "MC loss of the weights projected on {a_l Sigma^-1, b_l I} within z_crit s.e. "
                    "of gdpp.loss. "
-                   + ("Quick: a local test from the sparse optimum with random B_l "
-                      f"(initial Dist(B_l, I) = {np.round(dist_B_init, 3).tolist()}); {tol} is "
-                      "about a third of that." if ctx.profile == "quick" else
+                   + ("Quick: a local test of the direction training takes from the sparse optimum "
+                      f"with random B_l (initial Dist(B_l, I) = {np.round(dist_B_init, 3).tolist()}): "
+                      f"{tol['B']} separates B_0 driven towards b_0 I from B_{{L-1}}, which gets no "
+                      f"gradient; {tol['M']} separates A_l kept near Sigma^-1 from A_l proportional "
+                      "to I." if ctx.profile == "quick" else
                       "Full: L = 3 from a small random init.")),
         controls=controls,
         details={"settings": settings, "L": L, "initial Dist(B_l, I)": dist_B_init,
