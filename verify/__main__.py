@@ -3,11 +3,12 @@
 
 import sys
 
-try:
-    from .cli import main
+if __name__ == "__main__":  # not when a spawned process (the figure drawer) imports it
+    try:
+        from .cli import main
 
-    status = main()
-except KeyboardInterrupt:
-    print("interrupted", file=sys.stderr)
-    status = 130
-raise SystemExit(status)
+        status = main()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        status = 130
+    raise SystemExit(status)

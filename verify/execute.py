@@ -111,9 +111,8 @@ def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | N
     with ``resume``, stored results are reused. ``on_result(result)`` is called once per task as it
     finishes (stored ones first). ``progress``: what a serially run check gets as
     ``ctx.progress``. ``draw``: draw each run's figures as it finishes (for a report;
-    :func:`verify.report.draw_ahead`): on its Dask worker, or, run serially, in one thread beside
-    the next check (matplotlib's Agg canvases, one figure at a time). Ctrl-C raises
-    :class:`Interrupted` carrying what finished."""
+    :func:`verify.report.draw_ahead`): on its Dask worker, or, run serially, in one helper process
+    beside the next check. Ctrl-C raises :class:`Interrupted` carrying what finished."""
     if workers is not None and scheduler is not None:
         raise ValueError("--workers: cannot be combined with --scheduler (give one of them)")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
@@ -151,23 +150,69 @@ def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | N
 
 def _serially(indexed: list[tuple[int, Task]], finished, *, threads, progress, draw: bool) -> None:
     """Run the tasks one after another in this process; with ``draw``, a finished run's figures
-    are drawn in one background thread while the next check runs (the last ones are waited for)."""
-    if not draw:
-        for i, task in indexed:
-            finished(i, run_task(task, threads, progress))
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    from .report import draw_ahead
-
-    drawing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="draw-figures")
+    are drawn by one helper process while the next check runs (the last ones are waited for)."""
+    drawer = _FigureDrawer() if draw else None
     try:
         for i, task in indexed:
             res = run_task(task, threads, progress)
             finished(i, res)
-            drawing.submit(draw_ahead, res)
-    finally:  # Ctrl-C: drop what is not drawn yet (the report draws it, or says it did not)
-        drawing.shutdown(wait=True, cancel_futures=True)
+            if drawer is not None:
+                drawer.submit(res)
+    except BaseException:
+        if drawer is not None:  # Ctrl-C: what is not drawn yet is drawn by the report, or not at all
+            drawer.close(cancel=True)
+        raise
+    if drawer is not None:
+        drawer.close()
+
+
+class _FigureDrawer:
+    """Draws the figures of finished runs in one spawned helper process, so that a serial run draws
+    them on another core while its next check runs (a thread would share the interpreter lock with
+    the checks), and sets ``result.drawn`` (:func:`verify.report.draw_ahead`). Started at the first
+    run with figures; a failure to start or to draw leaves the drawing to the report."""
+
+    def __init__(self):
+        self._pool = None
+        self._pending: list = []
+
+    def submit(self, res) -> None:
+        from .report import _have_matplotlib, draw_specs
+
+        if not res.figures or not _have_matplotlib():
+            return
+        try:
+            if self._pool is None:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_quiet_drawer)
+            self._pending.append((res, self._pool.submit(draw_specs, res.figures)))
+        except (OSError, RuntimeError):  # cannot start a process here: the report draws
+            return
+
+    def close(self, cancel: bool = False) -> None:
+        if self._pool is None:
+            return
+        if cancel:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            return
+        for res, fut in self._pending:
+            try:
+                res.drawn = fut.result()
+            except Exception:  # the helper died: the report draws these
+                pass
+        self._pool.shutdown()
+
+
+def _quiet_drawer() -> None:
+    """The drawing process: one thread for BLAS, ignore Ctrl-C (the parent handles it)."""
+    import signal
+
+    for v in THREAD_VARS:
+        os.environ[v] = "1"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 #: Seconds a check of each method takes in the quick profile, roughly, when the store has no record

@@ -985,18 +985,23 @@ def _write_figure(files: dict[str, bytes], png: Path) -> None:
 
 def draw_ahead(result) -> None:
     """Draw a finished run's figures before its report is written, into ``result.drawn``
-    (``{name: {ext: bytes}}``, or ``{name: "Error: message"}`` for a spec that cannot be drawn):
-    a run on Dask draws them on its worker, a serial run in a thread beside the next check, and
-    the report then only writes the files. Nothing when matplotlib is not installed."""
-    if not getattr(result, "figures", None) or not _have_matplotlib():
-        return
+    (:func:`draw_specs`): a run on Dask draws them on its worker, a serial run in a helper process
+    beside the next check, and the report then only writes the files. Nothing when matplotlib is
+    not installed."""
+    if getattr(result, "figures", None) and _have_matplotlib():
+        result.drawn = draw_specs(result.figures)
+
+
+def draw_specs(figures: dict) -> dict:
+    """Draw figure specs ``{name: spec}``: ``{name: {ext: bytes}}`` (:func:`draw_figure`), or
+    ``{name: "Error: message"}`` for a spec that cannot be drawn."""
     drawn = {}
-    for name, spec in result.figures.items():
+    for name, spec in figures.items():
         try:
             drawn[name] = draw_figure(spec)
         except FIGURE_ERRORS as exc:
             drawn[name] = f"{type(exc).__name__}: {exc}"
-    result.drawn = drawn
+    return drawn
 
 
 def _title(text) -> str:
