@@ -227,3 +227,19 @@ def test_transposed_word_gives_transposed_expectation():
     a = at_d3(expectation(LHAT, A, LHAT), values)
     b = at_d3(expectation(LHAT, A.T, LHAT), values)
     assert (a.T - b).applyfunc(sp.cancel) == sp.zeros(3, 3)
+
+
+def test_a_closed_scalar_word_multiplies_the_rest():
+    """Closed(x^T A x) next to x x^T is the same expectation as the one word x x^T A x x^T (the scalar
+    commutes), and a closed word shares its sample covariances' index partitions with the main word."""
+    from theory.gaussian import Closed
+
+    x = Gaussian("x", LAM)
+    assert equal(expectation(x.col, x.row, Closed(x.row, A, x.col)), expectation(x.col, x.row, A, x.col, x.row))
+    # E[Lhat (w^T Lhat w)] = E[tr(Lhat) Lhat] (w ~ N(0, I) independent) = tr(Lambda) Lambda + 2 Lambda^2 / N by
+    # hand: N diagonal pairs give E[(x^T x) x x^T] = tr(Lambda) Lambda + 2 Lambda^2, N (N - 1) give tr(Lambda) Lambda
+    lhs = expectation(LHAT, Closed(w.row, LHAT, w.col))
+    assert equal(lhs, sp.Trace(LAM) * LAM + 2 / N * LAM * LAM)
+    assert not equal(lhs, sp.Trace(LAM) * LAM + LAM * LAM / N)
+    with pytest.raises(ValueError, match="Closed: the word must be a scalar"):
+        expectation(x.col, x.row, Closed(A, x.col, x.row))

@@ -40,7 +40,7 @@ from typing import Iterator, Sequence
 
 import sympy as sp
 
-__all__ = ["Gaussian", "SampleCovariance", "expectation", "expectation_kron", "set_partitions",
+__all__ = ["Gaussian", "SampleCovariance", "Closed", "expectation", "expectation_kron", "set_partitions",
            "perfect_matchings"]
 
 
@@ -151,11 +151,12 @@ def _expand_samples(word: Sequence) -> list[tuple[sp.Expr, list]]:
     return out
 
 
-def _segments(word: Sequence):
+def _segments(word: Sequence, offset: int = 0):
     """Split a word of occurrences/constants into scalar factor, segments and open ends.
 
     Returns ``(scalar, occurrences, segments, has_ends)`` where ``segments`` is a list of
-    ``(start, matrices, end)`` with nodes ``'L'``, ``'R'`` or an occurrence position.
+    ``(start, matrices, end)`` with nodes ``'L'``, ``'R'`` or an occurrence position (its index
+    in the word plus ``offset``).
     """
     scalar = sp.S.One
     occs = {}
@@ -164,7 +165,7 @@ def _segments(word: Sequence):
     first = word[0]
     run = ("L", []) if (_is_matrix(first) or (isinstance(first, _Occ) and not first.transposed)) else None
     has_ends = run is not None
-    for pos, f in enumerate(word):
+    for pos, f in enumerate(word, start=offset):
         if isinstance(f, _Occ):
             occs[pos] = f
             if not f.transposed:  # column: closes the current D-run
@@ -253,7 +254,8 @@ def expectation(*word) -> sp.Basic:
     ----------
     *word
         Factors in order: ``g.col`` / ``g.row`` for a :class:`Gaussian` ``g``,
-        :class:`SampleCovariance` objects, constant sympy matrices, sympy scalars.
+        :class:`SampleCovariance` objects, constant sympy matrices, sympy scalars, and
+        :class:`Closed` scalar words that multiply the rest.
 
     Returns
     -------
@@ -269,10 +271,13 @@ def expectation(*word) -> sp.Basic:
     >>> expectation(x.col, x.row, A, x.col, x.row)
     Lambda*A*Lambda + Lambda*A.T*Lambda + Trace(A*Lambda)*Lambda
     """
+    flat = []
+    for f in word:  # a closed scalar word rides along, after a separator
+        flat += [_BREAK, *f.word] if isinstance(f, Closed) else [f]
     terms = []
     dim = None
-    for weight, w in _expand_samples(word):
-        scalar, occs, segments, has_ends = _segments(w)
+    for weight, w in _expand_samples(flat):
+        scalar, occs, segments, has_ends = _chains(w)
         by_vec: dict[Gaussian, list[int]] = {}
         for pos, o in occs.items():
             by_vec.setdefault(o.vec, []).append(pos)
@@ -287,6 +292,41 @@ def expectation(*word) -> sp.Basic:
         return sp.S.Zero
     total = sp.MatAdd(*terms) if _is_matrix(terms[0]) else sp.Add(*terms)
     return _tidy(total)
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A scalar word such as ``w^T Lambda_hat w`` (a row vector ... a column vector) that multiplies
+    the rest of an :func:`expectation` word: ``expectation(x_q.col, x_q.row, Closed(w.row, Lhat,
+    w.col))`` is ``E[x_q x_q^T (w^T Lambda_hat w)]``. Its Gaussian vectors and sample covariances are
+    paired and partitioned together with the rest of the word's."""
+
+    word: tuple
+
+    def __init__(self, *word):
+        object.__setattr__(self, "word", tuple(word))
+
+
+#: Separates the closed scalar words from the main word after the samples are expanded.
+_BREAK = object()
+
+
+def _chains(word: Sequence):
+    """:func:`_segments` of a word with closed scalar words after :data:`_BREAK` separators: the
+    main word may be matrix-valued; each closed word must have no open ends."""
+    cuts = [i for i, f in enumerate(word) if f is _BREAK]
+    bounds = list(zip([-1, *cuts], [*cuts, len(word)]))
+    scalar, occs, segments, has_ends = _segments(word[:bounds[0][1]])
+    for a, b in bounds[1:]:
+        if b == a + 1:
+            raise ValueError("Closed: an empty scalar word")
+        s2, o2, seg2, ends2 = _segments(word[a + 1:b], offset=a + 1)
+        if ends2:
+            raise ValueError("Closed: the word must be a scalar (a row vector first, a column vector last)")
+        scalar *= s2
+        occs.update(o2)
+        segments += seg2
+    return scalar, occs, segments, has_ends
 
 
 def _cartesian(lists):

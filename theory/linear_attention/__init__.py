@@ -14,6 +14,8 @@ Every module here is imported by the registry on first use (see :mod:`theory.pap
 :mod:`~theory.linear_attention.separate`
     Separate key/query linear attention ATTN_S (Zhang, Singh, Latham, Saxe 2025, §4-5, App.
     E-F).
+:mod:`~theory.linear_attention.zero_blocks`
+    The blocks every reduced form sets to zero (Zhang, Singh, Latham, Saxe 2025, App. D.1, F.1).
 """
 
 from ..papers import Paper
@@ -23,12 +25,13 @@ from ..symbols import Symbols
 PAPER = Paper(authors=("Zhang", "Singh", "Latham", "Saxe"), year=2025,
               title="Training Dynamics of In-Context Learning in Linear Attention", venue="ICML 2025")
 
-#: The symbols of this paper: Lambda (the input covariance), M (the merged key-query matrix) and the
-#: eigen-projectors are D x D matrices; N_max, n, R, s are counts, m and j counts that may be 0;
-#: time t and the value weight v are nonnegative.
-SYMBOLS = Symbols(matrices=("Lambda", "Lambda_q", "M", "A", "P", "P_prev", "E_m"),
+#: The symbols of this paper: Lambda (the input covariance), M (the merged key-query matrix), U (one
+#: head's key-query block) and the eigen-projectors are D x D matrices, mu (the task prior's mean) a
+#: D-vector; N_max, n, R, s are counts, m and j counts that may be 0; time t and the value weight v
+#: are nonnegative, one head's value v_i is real.
+SYMBOLS = Symbols(matrices=("Lambda", "Lambda_q", "M", "A", "P", "P_prev", "E_m", "U"), vectors=("mu",),
                   integers=("N_max", "n", "R", "s"), naturals=("m", "j"),
-                  nonnegative=("t", "v"),
+                  nonnegative=("t", "v"), reals=("v_i",),
                   latex={"lam": r"\lambda", "trLambda": r"(\operatorname{tr} \Lambda)", "N_max": r"N_{\max}",
                          "w_init": r"w_{\mathrm{init}}"})
 #: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).
