@@ -5,6 +5,9 @@ Modules
 -------
 Every module here is imported by the registry on first use (see :mod:`theory.papers`).
 
+:mod:`~theory.linear_attention.alignment`
+    Alignment during a plateau of ATTN_S: the linearised flow of a head still near its start (Zhang,
+    Singh, Latham, Saxe 2025, App. E.5.1, eqs. 64-66; App. E.6.1, eqs. 72-73).
 :mod:`~theory.linear_attention.data`
     Moments of the in-context linear-regression task (Zhang, Singh, Latham, Saxe 2025).
 :mod:`~theory.linear_attention.merged`
@@ -29,9 +32,9 @@ PAPER = Paper(authors=("Zhang", "Singh", "Latham", "Saxe"), year=2025,
 #: head's key-query block) and the eigen-projectors are D x D matrices, mu (the task prior's mean) a
 #: D-vector; N_max, n, R, s are counts, m and j counts that may be 0; time t and the value weight v
 #: are nonnegative, one head's value v_i is real.
-SYMBOLS = Symbols(matrices=("Lambda", "Lambda_q", "M", "A", "P", "P_prev", "E_m", "U"), vectors=("mu",),
+SYMBOLS = Symbols(matrices=("Lambda", "Lambda_q", "M", "A", "P", "P_prev", "E_m", "U"), vectors=("mu", "k_vec"),
                   integers=("N_max", "n", "R", "s"), naturals=("m", "j"),
-                  nonnegative=("t", "v"), reals=("v_i",),
+                  nonnegative=("t", "v"), reals=("v_i", "V", "k0", "q0", "own", "other"),
                   latex={"lam": r"\lambda", "trLambda": r"(\operatorname{tr} \Lambda)", "N_max": r"N_{\max}",
                          "w_init": r"w_{\mathrm{init}}"})
 #: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).

@@ -712,3 +712,43 @@ register(ClosedForm(
         "wrong way round: the plateaus are at the m that R divides. Measured by the flow "
         "check linear_attention.separate.rank_plateaus.",
 ))
+
+
+# -- the query's flow (eq. 83c) ----------------------------------------------------------------
+@cache
+def derive_query_flow():
+    """tau dq_ir/dt = -1/2 dL/dq_ir = v_i E[x_q (y_q - yhat) beta^T] k_ir: yhat = beta^T M x_q with
+    M = sum v k q^T gives d yhat / d q_ir = v_i (beta^T k_ir) x_q; the expectation by the Isserlis
+    engine, E[x_q x_q^T w w^T Lambda_hat] - E[x_q x_q^T M^T Lambda_hat w w^T Lambda_hat]."""
+    from ..gaussian import expectation
+    from .data import query_is_token
+
+    v = variables()
+    q = [v.x_q.col, v.x_q.row]
+    inner = (expectation(*q, v.w.col, v.w.row, v.Lhat)
+             - expectation(*q, _sym("M").T, v.Lhat, v.w.col, v.w.row, v.Lhat))
+    return _sym("v_i") * query_is_token(inner.doit()) * _sym("k_vec")
+
+
+def printed_query_flow():
+    """Eq. 83c's middle expression: v_i E[beta (y_q - yhat) x_q^T] k_ir = v_i G k_ir (no transpose)."""
+    return _sym("v_i") * merged.derive_gradient() * _sym("k_vec")
+
+
+register(ClosedForm(
+    id="linear_attention.separate.query_flow",
+    title="tau dq_ir/dt, the flow of a query vector of ATTN_S (eq. 83c)",
+    source="eq. 83c (App. F.2) [derived]",
+    status="exact",
+    params=(LAMBDA, N_CTX, Param("M", "matrix", "Effective matrix M = sum_{i,r} v_i k_ir q_ir^T."),
+            Param("v_i", "real", "The head's value weight v_i."),
+            Param("k_vec", "vector", "The key k_ir paired with the query.")),
+    derive=derive_query_flow,
+    printed=printed_query_flow,
+    output="vector",
+    doc="v_i G^T k_ir with G = linear_attention.merged.gradient (its D x D residual E[(y_q - yhat) beta "
+        "x_q^T]); the key's flow is v_i G q_ir. G is not symmetric once M is not, so the transpose matters.",
+    erratum="Eq. 83c's middle expression, v_i E[beta (y_q - yhat) x_q^T] k_ir = v_i G k_ir, lacks a "
+            "transpose: the query's flow is v_i E[x_q (y_q - yhat) beta^T] k_ir = v_i G^T k_ir (its last "
+            "expression, in eq. 14, is right).",
+))

@@ -135,11 +135,14 @@ RANK_LEVEL_RTOL = 1e-4
                "linear_attention.separate.conspicuous_plateau_loss",
                "linear_attention.separate.rank_fixed_point_matrix"],
        method="exact_flow",
-       title="Rank-R ATTN_S (R = 1, 2, 4, H = D/R, D = 4, Fig.-1 spectrum, N = 31, eq.-36 start, "
+       title="Rank-R ATTN_S (R = 1, 2, 3, 4, H = ceil(D/R), D = 4, Fig.-1 spectrum, N = 31, eq.-36 start, "
              "w_init = 1e-3 and 1e-4): plateaus at m a multiple of R scale like 1/w_init, the others "
              "vanish against them; levels L(M_{jR}) with M = M_{jR}",
        settings=[Setting("w_init", "float", quick=RANK_W_INIT["quick"], full=RANK_W_INIT["full"], low=1e-8,
                          high=0.1, doc="larger initial scale w_1 of eq. 36 (each draw also runs at w_1 / 10)"),
+                 Setting("ranks", "ints", quick=(1, 2, 3, 4), full=(1, 2, 3, 4), low=1, high=4,
+                         doc="ranks R of the keys and queries (H = ceil(D / R) heads; R = 3 does not divide D = 4, "
+                             "Fig. 12); at least one R > 1"),
                  Setting("draws", "int", quick=1, full=4, low=1, high=100,
                          doc="eq.-36 initial draws per rank R")])
 def rank_plateaus(ctx):
@@ -148,7 +151,8 @@ def rank_plateaus(ctx):
     The heuristic is asymptotic in ``w_init -> 0``: a plateau that waits for a new head's value
     weight lasts ``~ tau / (lambda^2 w_init)`` times an O(1) random factor of the draw (eq. 71
     with Gaussian init), while learning a further key/query pair inside a grown head
-    takes ``~ tau ln(v*/w_init) / (lambda^2 v*)``. So each eq.-36 draw (``H = D / R`` heads) is
+    takes ``~ tau ln(v*/w_init) / (lambda^2 v*)``. So each eq.-36 draw (``H = ceil(D / R)`` heads;
+    ``R = 3`` does not divide ``D = 4``, the case of Fig. 12, whose last head learns one direction) is
     run at two scales ``w_1 = 1e-3``, ``w_2 = w_1 / 10`` (the same draw scaled) and the time
     spent near each ``L(M_m)`` is measured in units of ``tau / (lambda_{m+1}^2 w)`` (``f_m``):
 
@@ -173,7 +177,9 @@ def rank_plateaus(ctx):
     w1 = ctx.setting("w_init")
     w2 = w1 / 10.0
     draws = ctx.setting("draws")
-    ranks = (1, 2, 4)
+    ranks = tuple(ctx.setting("ranks"))
+    if max(ranks) < 2:
+        raise ValueError("ranks: need an R > 1 (the controls put the rank-one pattern against it)")
     rngs = ctx.spawn(len(ranks) * draws)
     n_t = ctx.pick(quick=3000, full=8000)
     rows = {}
