@@ -752,3 +752,43 @@ register(ClosedForm(
             "transpose: the query's flow is v_i E[x_q (y_q - yhat) beta^T] k_ir = v_i G^T k_ir (its last "
             "expression, in eq. 14, is right).",
 ))
+
+
+# -- the integrand of eq. 70 ---------------------------------------------------------------------
+def derive_scalar_ode_integrand():
+    """dt/dv = 1 / (dv/dt) along eq. 21 (``scalar_ode_rhs``, derived): the integrand of eq. 70."""
+    import sympy as sp
+
+    return sp.cancel(1 / derive_scalar_ode_rhs())
+
+
+def printed_scalar_ode_integrand():
+    """Eq. 70's integrand as printed: tau / (lambda^2 v^2 - lambda a v^2) (v^2 where v^5 belongs)."""
+    lam, vv, a, tau = _sym("lam"), _sym("v"), _sym("a"), _sym("tau")
+    return tau / (lam**2 * vv**2 - lam * a * vv**2)
+
+
+def _below_fixed_point_v(values, dims):
+    import numpy as np
+
+    v_star = (values["lam"] / values["a"]) ** (1 / 3)
+    if np.any(np.asarray(values["v"]) >= v_star):
+        raise ValueError(f"v: must be below the fixed point v* = (lam/a)^(1/3) = {v_star:.6g}")
+
+
+register(ClosedForm(
+    id="linear_attention.separate.scalar_ode_integrand",
+    title="dt/dv along the scalar ODE: the integrand of eq. 70",
+    source="eq. 70 (integrand) [derived from eq. 21]",
+    status="exact",
+    params=(positive("v", "Value weight (v < v*)."), positive("lam", "Eigenvalue lambda_{m+1}."),
+            positive("a", "a_{m+1}, eigenvalue of E[Lambda_hat^2] (eq. 32)."), TAU),
+    derive=derive_scalar_ode_integrand,
+    printed=printed_scalar_ode_integrand,
+    domain=_below_fixed_point_v,
+    example=dict(v=0.1, lam=0.3, a=0.15, tau=1.0),  # the printed form divides by lam - a: not at lam = a
+    doc="tau / (lambda^2 v^2 - lambda a v^5); its integral from v0 to v is scalar_ode_time, whose printed "
+        "antiderivative is right.",
+    erratum="Eq. 70 prints the integrand with v^2 where v^5 belongs (tau / (lambda^2 v^2 - lambda a v^2)); the "
+            "antiderivative printed next to it integrates the right one.",
+))
