@@ -155,7 +155,8 @@ def literal_divides_pattern(D: int, R: int) -> np.ndarray:
 
 def rank_run(mo, Lam, N: int, lam, levels, R: int, rng, w_init: float, n_t: int = 3000,
              tau: float = TAU, unit=None) -> dict:
-    """One eq.-36 draw of rank-R ATTN_S with ``H = ceil(D/R)`` heads through the exact flow.
+    """One eq.-36 draw of rank-R ATTN_S through the exact flow, with ``H = ceil(D/R)`` heads (the fewest that
+    reach M_D), or as many as ``unit`` holds.
 
     Returns the plateau statistics, the long-plateau pattern (:func:`long_plateaus`), the
     number of grown value weights (``|v| > GROWN_V``) at ``t = 0`` and at each drop, and the
@@ -213,7 +214,7 @@ def rank_run(mo, Lam, N: int, lam, levels, R: int, rng, w_init: float, n_t: int 
             M_next = np.asarray(_cf("linear_attention.separate.rank_fixed_point_matrix", Lambda=Lam,
                                     N=N, S=list(range(1, m + 2)), R=R))
             M_ctrl.append(float(np.linalg.norm(res.M[idx] - M_next)) / scale_M)
-    return {"H": H, "R": R, "w_init": w_init, "time_near": p.time_near.tolist(),
+    return {"H": H, "heads": int(np.shape(unit[0])[0]), "R": R, "w_init": w_init, "time_near": p.time_near.tolist(),
             "time_near / (tau/(lambda_{m+1}^2 w))": scale.tolist(),
             "long": long.tolist(), "n_long": int(long.sum()), "multiple_of_R": multiple.tolist(),
             "grown heads at t=0, t_1..t_D": grown, "expected ceil(m/R)": expect_grown,
@@ -280,14 +281,17 @@ def rank_control_expectations(Lam, N: int, D: int, ranks) -> tuple[int, int, int
     return e_r1, e_heads, e_literal, e_next
 
 
-def staircase_figure(curves: dict, levels, D: int, w_init: float) -> dict:
+def staircase_figure(curves: dict, levels, D: int, w_init: float, heads: dict | None = None) -> dict:
     """Loss curves of the exact flow by rank (from half the first drop time on: the loss is
-    flat at ``L(M_0)`` before) with every saddle level ``L(M_m)`` of eq. 19 dotted."""
+    flat at ``L(M_0)`` before) with every saddle level ``L(M_m)`` of eq. 19 dotted; ``heads``: R -> the
+    number of heads (default ``ceil(D/R)``)."""
+    heads = heads or {}
     mid = 0.5 * (levels[0] + levels[1])
     t0 = 0.5 * min(next(t for t, y in zip(*c) if y < mid) for c in curves.values())
     curves = {R: tuple(zip(*[(t, y) for t, y in zip(*c) if t >= t0])) for R, c in curves.items()}
     t_all = [x for c in curves.values() for x in c[0]]
-    series = [{"label": f"exact flow, rank R = {R} (H = {-(-D // R)} heads)", "x": list(c[0]), "y": list(c[1])}
+    series = [{"label": f"exact flow, rank R = {R} (H = {heads.get(R, -(-D // R))} heads)", "x": list(c[0]),
+               "y": list(c[1])}
               for R, c in curves.items()]
     series += [{"label": "saddle levels L(M_m), eq. 19" if m == 0 else None, "style": ":", "color": "0.5",
                 "x": [min(t_all), max(t_all)], "y": [float(L), float(L)]} for m, L in enumerate(levels)]

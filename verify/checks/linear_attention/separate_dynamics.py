@@ -141,8 +141,10 @@ RANK_LEVEL_RTOL = 1e-4
        settings=[Setting("w_init", "float", quick=RANK_W_INIT["quick"], full=RANK_W_INIT["full"], low=1e-8,
                          high=0.1, doc="larger initial scale w_1 of eq. 36 (each draw also runs at w_1 / 10)"),
                  Setting("ranks", "ints", quick=(1, 2, 3, 4), full=(1, 2, 3, 4), low=1, high=4,
-                         doc="ranks R of the keys and queries (H = ceil(D / R) heads; R = 3 does not divide D = 4, "
-                             "Fig. 12); at least one R > 1"),
+                         doc="ranks R of the keys and queries (R = 3 does not divide D = 4, Fig. 12); at least one "
+                             "R > 1"),
+                 Setting("H", "int", quick=0, full=0, low=0, high=64,
+                         doc="heads H (0: ceil(D / R), the fewest that reach M_D; Figs. 3(b) and 11 use 5)"),
                  Setting("draws", "int", quick=1, full=4, low=1, high=100,
                          doc="eq.-36 initial draws per rank R")])
 def rank_plateaus(ctx):
@@ -191,7 +193,10 @@ def rank_plateaus(ctx):
     for ir, R in enumerate(ranks):
         rows[f"R={R}"] = []
         for k in range(draws):
-            unit = fs.init_separate(rngs[ir * draws + k], -(-D // R), R, D, 1.0)
+            heads = ctx.setting("H") or -(-D // R)
+            if heads < -(-D // R):
+                raise ValueError(f"H: {heads} heads of rank {R} cannot reach M_D at D = {D} (need {-(-D // R)})")
+            unit = fs.init_separate(rngs[ir * draws + k], heads, R, D, 1.0)
             r1, r2 = (rank_run(mo, Lam, N, lam, levels, R, None, w, n_t=n_t, unit=unit) for w in (w1, w2))
             curves.setdefault(R, r2.pop("_curve"))
             r1.pop("_curve")
@@ -220,7 +225,8 @@ def rank_plateaus(ctx):
     disc = max(parts["levels at conspicuous plateaus rel / tol"], parts["M at conspicuous plateaus rel / tol"])
     passed = bool(disc <= 1.0 and sum(counts) == 0)
     held = {k: f"{sum(v)}/{len(v)}" for k, v in threshold_held.items()}
-    figures = {"staircase_by_rank": staircase_figure(curves, levels, D, w2)}
+    figures = {"staircase_by_rank": staircase_figure(curves, levels, D, w2,
+                                                     {R: ctx.setting("H") or -(-D // R) for R in ranks})}
     return Outcome(
         measured={k: [{"ratio f(w2)/f(w1)": x["ratio f(w2)/f(w1)"],
                        "grown (w2)": x["run w2"]["grown heads at t=0, t_1..t_D"]} for x in v]
