@@ -258,7 +258,7 @@ def flow_staircase(ctx):
 # -- (d) the implicit solution of the scalar ODE (eq. 70) -------------------------------------
 @check("linear_attention.separate.scalar_ode_implicit",
        covers=["linear_attention.separate.scalar_ode_time", "linear_attention.separate.scalar_ode_rhs",
-               "linear_attention.separate.scalar_ode_integrand"],
+               "linear_attention.separate.scalar_ode_integrand", "linear_attention.data.lambda_hat_sq_eigenvalue"],
        decides=["linear_attention.separate.scalar_ode_integrand"],
        method="exact_flow",
        title="Eq. 70: the implicit solution t(v) of the scalar ODE against its numerical integration",
@@ -319,7 +319,7 @@ def scalar_ode_implicit(ctx):
 
 # -- (e) the loss along the alignment ansatz ---------------------------------------------------
 @check("linear_attention.separate.ansatz_loss",
-       covers=["linear_attention.separate.ansatz_loss_change"],
+       covers=["linear_attention.separate.ansatz_loss_change", "linear_attention.data.lambda_hat_sq_eigenvalue"],
        method="exact_flow",
        title="Loss along the exact aligned flow = tr Lambda + sum of the ansatz loss changes (eqs. 20-21)",
        settings=[Setting("N", "int", quick=31, full=31, low=1, high=10**6, doc="context length N"),
