@@ -89,6 +89,35 @@ def test_forward_shape_and_full_matrix_vs_numpy():
                                    atol=1e-13)
 
 
+def test_softmax_layer_against_numpy():
+    """The softmax variant: X + sum_i W^V_i X softmax_keys(X^T W^KQ_i X), no normaliser, one sequence at a
+    time in numpy; predict is its query entry; rho cannot be combined with softmax."""
+    D, H, N = 3, 2, 5
+    g = gen(3)
+    m = MergedLinearAttention(D, H, N, softmax=True)
+    with torch.no_grad():
+        m.WV.copy_(torch.randn(m.WV.shape, generator=g, dtype=torch.float64))
+        m.WKQ.copy_(0.5 * torch.randn(m.WKQ.shape, generator=g, dtype=torch.float64))
+    X, _, _ = sample_tokens(LAM3, N, 6, generator=gen(4))
+    Xn, WV, WKQ = X.numpy(), m.WV.detach().numpy(), m.WKQ.detach().numpy()
+    ref = np.empty_like(Xn)
+    for b in range(Xn.shape[0]):
+        Xb = Xn[b]
+        total = Xb.copy()
+        for i in range(H):
+            S = Xb.T @ WKQ[i] @ Xb                                # [key, query]
+            A = np.exp(S - S.max(axis=0)) / np.exp(S - S.max(axis=0)).sum(axis=0)
+            total += WV[i] @ Xb @ A
+        ref[b] = total
+    with torch.no_grad():
+        np.testing.assert_allclose(m(X).numpy(), ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+        np.testing.assert_allclose(m.predict(X).numpy(), ref[:, D, N], rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="^rho: the softmax layer"):
+        MergedLinearAttention(D, H, N, rho=6.0, softmax=True)
+    with pytest.raises(ValueError, match="^softmax: expected True or False"):
+        MergedLinearAttention(D, H, N, softmax="yes")
+
+
 def test_prediction_is_beta_M_xq_and_mlp():
     """Eq. M and eq. 6 with zero vector blocks."""
     D, H, N = 3, 4, 5

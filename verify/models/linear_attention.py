@@ -222,6 +222,10 @@ class MergedLinearAttention(nn.Module):
         Context length the layer is built for; ``rho = N`` by default.
     rho : float, optional
         The normaliser; only for negative controls (e.g. ``N + 1``, counting the query).
+    softmax : bool
+        Softmax attention over the keys of ``X^T W^KQ_i X`` (no ``1/rho``) instead of the linear
+        map (the softmax ATTN_M of §2.2 / Fig. 5a); the effective matrix then does not describe
+        the function.
     dtype, device
         Parameter precision (float64) and device.
 
@@ -240,24 +244,34 @@ class MergedLinearAttention(nn.Module):
     task prior the population gradients of ``v_i``, ``u_i`` vanish (eqs. 40-41).
     """
 
-    def __init__(self, D: int, H: int, N: int, *, rho: float | None = None,
+    def __init__(self, D: int, H: int, N: int, *, rho: float | None = None, softmax: bool = False,
                  dtype=DTYPE, device=None):
         super().__init__()
         self.D = validate.integer("D", D)
         self.H = validate.integer("H", H)
         self.N = validate.integer("N", N)
+        if not isinstance(softmax, (bool, np.bool_)):
+            raise ValueError(f"softmax: expected True or False, got {softmax!r}")  # noqa: TRY004
+        self.softmax = bool(softmax)
+        if rho is not None and self.softmax:
+            raise ValueError("rho: the softmax layer has no normaliser (rho = 1)")
         self.rho = float(self.N) if rho is None else validate.positive("rho", rho)
         shape = (self.H, self.D + 1, self.D + 1)
         self.WV = nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))
         self.WKQ = nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))
 
     def extra_repr(self) -> str:
-        return f"D={self.D}, H={self.H}, N={self.N}, rho={self.rho:g}"
+        kind = "softmax" if self.softmax else f"linear, rho={self.rho:g}"
+        return f"D={self.D}, H={self.H}, N={self.N}, {kind}"
 
     # -- forward ------------------------------------------------------------------------
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """``ATTN_M(X)`` for a batch of token matrices ``X`` of shape (B, D+1, N+1)."""
+        """``ATTN_M(X)`` for a batch of token matrices ``X`` of shape (B, D+1, N+1); the softmax layer:
+        ``X + sum_i W^V_i X softmax(X^T W^KQ_i X)`` (softmax over the keys, every column a key)."""
         X = _as_tokens(X, self.D)
+        if self.softmax:
+            scores = torch.einsum("bcn,hcd,bdm->bhnm", X, self.WKQ, X)          # [key n, query m]
+            return X + torch.einsum("hec,bcn,bhnm->bem", self.WV, X, torch.softmax(scores, dim=-2))
         return X + self._head_sum(X @ X.transpose(1, 2)) @ X / self.rho
 
     def _head_sum(self, XXt: torch.Tensor) -> torch.Tensor:
@@ -280,6 +294,11 @@ class MergedLinearAttention(nn.Module):
         gradients, less work); the checks compare it with ``forward(X)[:, D, N]``.
         """
         X = _as_tokens(X, self.D)
+        if self.softmax:
+            kq = torch.einsum("hcd,bd->bhc", self.WKQ, X[:, :, -1])             # W^KQ_i x_q
+            weights = torch.softmax(torch.einsum("bhc,bcn->bhn", kq, X), dim=-1)   # over the N + 1 keys
+            vals = torch.einsum("hc,bcn->bhn", self.WV[:, self.D, :], X)         # row D of W^V_i X
+            return X[:, self.D, -1] + (vals * weights).sum((1, 2))
         B, d, H = X.shape[0], self.D + 1, self.H
         q = X[:, :, -1]                                                      # (B, D+1)
         r = (q @ self.WKQ.permute(2, 0, 1).reshape(d, H * d)).reshape(B, H, d)  # W^KQ_h q
