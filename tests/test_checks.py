@@ -45,3 +45,20 @@ def test_check_ids_locate_their_module():
         if topic != parts[0] or not where:
             misplaced.append(f"{chk.id} in {module}")
     assert not misplaced, misplaced
+
+
+@pytest.mark.parametrize("check_id, model", [
+    ("linear_attention.merged.mc_init_norms", "verify.models.linear_attention.MergedLinearAttention"),
+    ("linear_attention.separate.mc_init_norms", "verify.models.linear_attention_separate.SeparateLinearAttention")])
+def test_init_norm_checks_fail_when_a_zero_block_starts_nonzero(check_id, model, monkeypatch):
+    """Eqs. 35/37 checks also require the torch start's zero blocks to be exactly 0: a start that leaves one
+    nonzero fails them (the norms' statistics alone would pass)."""
+    import importlib
+
+    from verify.registry import get_check
+
+    module, name = model.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    monkeypatch.setattr(cls, "zero_block_norms", lambda self: (1e-3, 0.0))
+    res = run_check(get_check(check_id), profile="quick", seed=0, settings={"draws": 100})
+    assert res.error is None and not res.passed and res.discrepancy <= res.tolerance

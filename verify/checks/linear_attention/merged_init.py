@@ -33,9 +33,11 @@ def _ratios(draw, draws: int) -> np.ndarray:
     return np.concatenate([np.array([draw(w) for _ in range(draws)]) / w**2 for w in W_INITS])
 
 
-def _outcome(groups: list[str], sources: dict, wrong: dict, eq: str, setting: str) -> Outcome:
+def _outcome(groups: list[str], sources: dict, wrong: dict, eq: str, setting: str, zero_blocks: float) -> Outcome:
     """z-scores of the mean squared norms over w_init^2 against 1 (per group, scale and source), and the
-    controls: other readings of the initialisation's variances, whose expected ratios are in ``wrong``."""
+    controls: other readings of the initialisation's variances, whose expected ratios are in ``wrong``.
+    ``zero_blocks``: the largest block the theory sets to zero in the torch starts; it must be exactly 0
+    (the initialisation writes zeros there; nothing is computed)."""
     zs, means, ses, ests = [], {}, {}, {}
     for name, R in sources.items():
         n = len(R) // len(W_INITS)
@@ -55,13 +57,16 @@ def _outcome(groups: list[str], sources: dict, wrong: dict, eq: str, setting: st
         measured = max(float(np.max(np.abs((e.mean - expect) / e.se))) for e in ests.values())
         expected = max(float(np.max(np.abs((1.0 - expect) / e.se))) for e in ests.values())
         controls.append(Control(label + ": max |z|", measured, z_crit, expected=expected))
+    worst = float(np.max(np.abs(z)))
     return Outcome(
-        measured={"E ||group||^2 / w_init^2 (" + ", ".join(groups) + ")": means},
-        predicted={"E ||group||^2 / w_init^2": 1.0},
-        discrepancy=float(np.max(np.abs(z))), tolerance=z_crit,
+        measured={"E ||group||^2 / w_init^2 (" + ", ".join(groups) + ")": means,
+                  "largest zero block of the torch starts": zero_blocks},
+        predicted={"E ||group||^2 / w_init^2": 1.0, "zero blocks": 0.0},
+        discrepancy=worst, tolerance=z_crit, passed=bool(worst <= z_crit and zero_blocks == 0.0),
         criterion=(f"{eq}: the mean squared norm of every group ({', '.join(groups)}) over w_init^2 is 1 at w_init "
                    f"= {', '.join(f'{w:g}' for w in W_INITS)}, for every source ({', '.join(sources)}): max |z| "
-                   f"over {z.size} means <= {z_crit:.2f} (Bonferroni, false alarm 1e-6); {setting}"),
+                   f"over {z.size} means <= {z_crit:.2f} (Bonferroni, false alarm 1e-6), and the torch starts' "
+                   f"zero blocks exactly 0; {setting}"),
         controls=controls,
         details={"standard errors": ses, "sources": list(sources), "w_init": list(W_INITS)},
     )
@@ -101,11 +106,8 @@ def merged_init_norms(ctx):
             leaks.append(max(layer.zero_block_norms()))
             return [float(torch.sum(layer.value_scalars()**2)), float(torch.sum(layer.kq_blocks()**2))]
 
-    out = _outcome(["v", "U"], {"flow start": _ratios(flow, draws), "torch layer": _ratios(torch_layer, draws)},
-                   {"v_i ~ N(0, w_init^2) (no 1/H)": np.array([H, 1.0]),
-                    "U_i entries ~ N(0, w_init^2 / D^2) (no 1/H)": np.array([1.0, H])},
-                   "Eq. 35", f"D = {D}, H = {H}, {draws} draws per scale and source")
-    out.details["largest vector block of the torch starts"] = max(leaks)
-    if max(leaks) != 0.0:  # App. D.1: the vector blocks start at exactly 0
-        out.discrepancy = float("inf")
-    return out
+    sources = {"flow start": _ratios(flow, draws), "torch layer": _ratios(torch_layer, draws)}
+    return _outcome(["v", "U"], sources,
+                    {"v_i ~ N(0, w_init^2) (no 1/H)": np.array([H, 1.0]),
+                     "U_i entries ~ N(0, w_init^2 / D^2) (no 1/H)": np.array([1.0, H])},
+                    "Eq. 35", f"D = {D}, H = {H}, {draws} draws per scale and source", max(leaks))
