@@ -346,7 +346,7 @@ def _below_fixed_point(values, dims):
     import numpy as np
 
     v_star = (values["lam"] / values["a"]) ** (1 / 3)
-    if np.any(np.asarray(values["v0"]) > np.asarray(values["v"])):
+    if "v0" in values and np.any(np.asarray(values["v0"]) > np.asarray(values["v"])):
         raise ValueError("v0: must be <= v (time runs forward along eq. 21)")
     if np.any(np.asarray(values["v"]) >= v_star):
         raise ValueError(f"v: must be below the fixed point v* = (lam/a)^(1/3) = {v_star:.6g}")
@@ -768,14 +768,6 @@ def printed_scalar_ode_integrand():
     return tau / (lam**2 * vv**2 - lam * a * vv**2)
 
 
-def _below_fixed_point_v(values, dims):
-    import numpy as np
-
-    v_star = (values["lam"] / values["a"]) ** (1 / 3)
-    if np.any(np.asarray(values["v"]) >= v_star):
-        raise ValueError(f"v: must be below the fixed point v* = (lam/a)^(1/3) = {v_star:.6g}")
-
-
 register(ClosedForm(
     id="linear_attention.separate.scalar_ode_integrand",
     title="dt/dv along the scalar ODE: the integrand of eq. 70",
@@ -785,7 +777,7 @@ register(ClosedForm(
             positive("a", "a_{m+1}, eigenvalue of E[Lambda_hat^2] (eq. 32)."), TAU),
     derive=derive_scalar_ode_integrand,
     printed=printed_scalar_ode_integrand,
-    domain=_below_fixed_point_v,
+    domain=_below_fixed_point,
     example=dict(v=0.1, lam=0.3, a=0.15, tau=1.0),  # the printed form divides by lam - a: not at lam = a
     doc="tau / (lambda^2 v^2 - lambda a v^5); its integral from v0 to v is scalar_ode_time, whose printed "
         "antiderivative is right.",

@@ -15,7 +15,6 @@ import numpy as np
 from verify import Control, Outcome, check
 from verify.settings import Setting
 from verify.stats import batch_mean, z_threshold
-from verify.stats import evaluate as _cf
 
 FLOW = "linear_attention.separate.query_flow"
 
@@ -41,6 +40,7 @@ def mc_query_flow(ctx):
     symmetric its expected |z| is the two forms' difference over the standard error."""
     import torch
 
+    import theory
     from verify.models.linear_attention import sample_tokens
     from verify.models.linear_attention_separate import SeparateLinearAttention
     from verify.tasks.in_context_regression import random_covariance
@@ -65,12 +65,13 @@ def mc_query_flow(ctx):
         est.add((-0.5 * layer.WQ.grad[:, :, :D]).reshape(1, -1).numpy())
     e = est.result()
 
-    def flows(form):
-        fn = _cf if form == "derived" else (lambda i, **kw: _printed(**kw))
-        return np.stack([[np.asarray(fn(FLOW, Lambda=Lam, N=N, M=M, v_i=float(v[h]), k_vec=k[h, r]), float)
-                          for r in range(R)] for h in range(H)]).ravel()
+    record = theory.get(FLOW)
 
-    derived, printed = flows("derived"), flows("printed")
+    def flows(printed: bool):
+        return np.stack([[np.asarray(record(Lambda=Lam, N=N, M=M, v_i=float(v[h]), k_vec=k[h, r], printed=printed),
+                                     float) for r in range(R)] for h in range(H)]).ravel()
+
+    derived, printed = flows(False), flows(True)
     z = (e.mean - derived) / e.se
     z_printed = (e.mean - printed) / e.se
     z_crit = z_threshold(z.size)
@@ -86,9 +87,3 @@ def mc_query_flow(ctx):
         details={"||M - M^T|| / ||M||": float(np.linalg.norm(M - M.T) / np.linalg.norm(M))},
     )
 
-
-def _printed(**kw):
-    import theory
-
-    cf = theory.get(FLOW)
-    return cf.printed_function("numpy")(*cf.arguments(*cf.validate(kw), "numpy"))
