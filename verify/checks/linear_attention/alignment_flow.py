@@ -107,6 +107,7 @@ def flow_plateaus(ctx):
     must miss by more than the tolerances.
     """
     from verify.flows import separate as fs
+    from verify.flows.separate_ranks import saddle_levels
     from verify.tasks.in_context_regression import random_covariance
 
     eig = np.array(ctx.setting("spectrum").eigenvalues(ctx.setting("D")))
@@ -118,13 +119,9 @@ def flow_plateaus(ctx):
         raise ValueError("w_init: need at least two scales (the order of the error is measured between them)")
     H = D
     Lam = random_covariance(ctx.rng, eig)
-    w, E = np.linalg.eigh(Lam)
-    order = np.argsort(-w)
-    lam, E = w[order], E[:, order]
+    lam, E = fs.eigenbasis(Lam)
     v1, k1, q1 = fs.init_separate(ctx.rng, H, 1, D, 1.0)
-    L0 = float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=0))
-    L1 = float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=1))
-    L2 = float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=2))
+    L0, L1, L2 = saddle_levels(Lam, N, D)[:3]
     rows, first, second = [], {}, {}
     for s in scales:
         T = 60.0 / (lam[0] ** 2 * s)
@@ -276,21 +273,16 @@ def flow_gaussian_escape(ctx):
     smallest), expected near 1, must exceed 0.5 (a deviation that shrank like ``w_init`` would give ``w_2 /
     w_1``)."""
     from verify.flows import separate as fs
-    from verify.tasks.in_context_regression import random_covariance
+    from verify.flows.separate_ranks import N_FIG, figure_setup, saddle_levels
 
     scales = sorted(ctx.setting("w_init"), reverse=True)
     if len(scales) < 2:
         raise ValueError("w_init: need at least two scales")
-    N, D = 31, 4
-    eig = np.array([0.4, 0.3, 0.2, 0.1])
-    Lam = random_covariance(ctx.rng, eig)
-    w, E = np.linalg.eigh(Lam)
-    order = np.argsort(-w)
-    lam, E = w[order], E[:, order]
-    a1 = float(_cf("linear_attention.data.lambda_hat_sq_eigenvalue", lam=lam[0], trLambda=float(eig.sum()), N=N))
-    v_star = (lam[0] / a1) ** (1.0 / 3.0)
-    mid = 0.5 * (float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=0))
-                 + float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=1)))
+    Lam, _, lam, E, a = figure_setup(ctx.rng)
+    N, D = N_FIG, lam.size
+    v_star = (lam[0] / a[0]) ** (1.0 / 3.0)
+    levels = saddle_levels(Lam, N, D)
+    mid = 0.5 * (levels[0] + levels[1])
     worst, rows, shrink = 0.0, [], []
     for rng in ctx.spawn(ctx.setting("draws")):
         v1, k1, q1 = fs.init_separate(rng, D, 1, D, 1.0)

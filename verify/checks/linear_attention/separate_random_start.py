@@ -57,17 +57,13 @@ def flow_random_start_value(ctx):
     Control: eq. 21 at ``lambda_2`` (the next direction's ODE) from the same point; its expected miss is that ODE
     against eq. 21 at ``lambda_1``."""
     from verify.flows import separate as fs
-    from verify.tasks.in_context_regression import random_covariance
+    from verify.flows.separate_ranks import N_FIG, figure_setup, saddle_levels
 
-    N, D = 31, 4
-    eig = np.array([0.4, 0.3, 0.2, 0.1])
-    Lam = random_covariance(ctx.rng, eig)
-    lam = np.sort(np.linalg.eigvalsh(Lam))[::-1]
-    a = np.array([float(_cf("linear_attention.data.lambda_hat_sq_eigenvalue", lam=x, trLambda=float(eig.sum()), N=N))
-                  for x in lam])
+    Lam, _, lam, _, a = figure_setup(ctx.rng)
+    N, D = N_FIG, lam.size
     v_star = (lam[0] / a[0]) ** (1.0 / 3.0)
-    mid = 0.5 * (float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=0))
-                 + float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=1)))
+    levels = saddle_levels(Lam, N, D)
+    mid = 0.5 * (levels[0] + levels[1])
     scales = sorted(ctx.setting("w_init"), reverse=True)
     if len(scales) < 2:
         raise ValueError("w_init: need at least two scales (the miss's order is measured between them)")

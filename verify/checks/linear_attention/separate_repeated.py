@@ -59,21 +59,21 @@ def flow_repeated_eigenvalues(ctx):
     of the gap of each level ``L(M_m)``, in units of ``tau / (lambda_{m+1}^2 w_init)``: ``m = 1`` and ``m = 3``
     lie between two directions of one eigenspace."""
     from verify.flows import separate as fs
+    from verify.flows.separate_ranks import saddle_levels
     from verify.tasks.in_context_regression import random_covariance
 
     N = ctx.setting("N")
     eig = np.array(FIG13_EIGENVALUES)
     D = eig.size
     Lam = random_covariance(ctx.rng, eig)
-    w, E = np.linalg.eigh(Lam)
-    order = np.argsort(-w)
-    E = E[:, order]
+    _, E = fs.eigenbasis(Lam)
     top = E[:, :2]                                                   # the eigenspace of 0.35
     M1 = np.asarray(_cf("linear_attention.separate.fixed_point_matrix", Lambda=Lam, N=N, S=[1]), float)
     c = float(np.trace(M1))                                          # M_1 = c e_1 e_1^T
-    L1 = float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=1))
+    levels = saddle_levels(Lam, N, D)
+    L1 = float(levels[1])
     G_scale = float(np.linalg.norm(_cf("linear_attention.merged.gradient", Lambda=Lam, N=N, M=np.zeros((D, D)))))
-    grad, level, tilted, tilted_expected = 0.0, 0.0, np.inf, np.inf
+    grad, level, tilted = 0.0, 0.0, np.inf
     for _ in range(ctx.setting("points")):
         a = ctx.rng.standard_normal(2)
         u = top @ (a / np.linalg.norm(a))
@@ -87,7 +87,6 @@ def flow_repeated_eigenvalues(ctx):
     e_t = E[:, 0] + 0.1 * E[:, 2]
     tilted_expected = _head_flow(Lam, N, c, e_t / np.linalg.norm(e_t)) / G_scale
     # report: plateaus along the exact flow
-    levels = np.array([float(_cf("linear_attention.separate.saddle_loss", Lambda=Lam, N=N, m=m)) for m in range(D + 1)])
     runs = []
     for rng in ctx.spawn(ctx.setting("draws")):
         w_init = 1e-2
