@@ -37,13 +37,11 @@ Contains
 from __future__ import annotations
 
 from functools import cache
-from ..params import covariance, index, matrix, real, vector
+
+from ..params import matrix, real, vector
 from ..registry import ClosedForm, register
 from .data import query_is_token, variables
-
-LAMBDA = covariance("Lambda", "Token covariance (eq. 2).")
-N_CTX = index("N", "Context length (number of labelled tokens).")
-M_EFF = matrix("M", "Effective matrix M = sum_i v_i U_i of all heads.")
+from .merged import LAMBDA, M_EFF, N_CTX
 U_HEAD = matrix("U", "This head's key-query block U_i (ATTN_S: sum_r k_ir q_ir^T).")
 V_HEAD = real("v_i", "This head's value scalar v_i.")
 MU = vector("mu", "Mean of the task vector, w ~ N(mu, I) (the paper: mu = 0).")
