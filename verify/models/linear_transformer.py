@@ -494,9 +494,8 @@ if torch is not None:
             on their own: ``z_{q,l+1} = T_l z_{q,l}``, ``G_{l+1} = T_l G_l T_l^T``. This is the
             same function of the full token matrices and of every trained entry as
             :meth:`forward` (a test compares values and gradients), at ``O((d+1)^3)`` per
-            prompt and layer instead of ``O(n (d+1)^2)``. The prompt index is kept last so that
-            the (d+1) x (d+1) products are elementwise over long contiguous rows, which
-            ``torch.compile`` fuses (``train_adam(compile=True)``).
+            prompt and layer instead of ``O(n (d+1)^2)``; the last two layers need matrix-vector
+            products only (``_predict_gram``).
             """
             self._check_tokens(Z)
             P, Q = self.matrices()
@@ -558,30 +557,40 @@ if torch is not None:
                 return {k: float(torch.linalg.norm(b)) for k, b in zip(names, blocks)}
 
 
-    def _matmul_last(a, b):
-        """``(a b)[i, k, :] = sum_j a[i, j, :] b[j, k, :]`` for stacks with the batch index
-        last: small products as elementwise sums over long rows (batched ``bmm`` of 6 x 6
-        matrices is several times slower on a CPU)."""
-        out = a[:, 0, None, :] * b[None, 0, :, :]
-        for j in range(1, a.shape[1]):
-            out = out + a[:, j, None, :] * b[None, j, :, :]
-        return out
-
     def _predict_gram(P, Q, Z):
         """``-[Z_L]_{d+1, n+1}`` from the query column and the context Gram matrix (see
-        :meth:`LinearTransformer.predict`); ``P, Q`` (L, d+1, d+1), ``Z`` (B, d+1, n+1)."""
+        :meth:`LinearTransformer.predict`); ``P, Q`` (L, d+1, d+1), ``Z`` (B, d+1, n+1).
+
+        Layers before the last two update ``G`` and ``z_q`` explicitly (batched products).
+        The last two never form a matrix product: with ``T = I + P_0 G Q_0`` (``G`` carrying
+        ``1/n``) and ``r^T`` the last row of ``P_1``, the prediction is
+        ``-(e^T z_1 + (T^T r)^T G (T^T Q_1 z_1))``, ``z_1 = T z_q``, ``T^T v = v + Q_0^T G
+        P_0^T v``: matrix-vector products only, fewer and cheaper autograd nodes (about
+        2.5 times faster than forming ``G_1`` for ``L = 2``, batch 500, ``d = 5``)."""
         n = Z.shape[2] - 1
         Zc = Z[:, :, :n]
-        G = (Zc @ Zc.transpose(1, 2)).permute(1, 2, 0) / n      # (d+1, d+1, B), carries 1/n
-        zq = Z[:, :, n].T                                         # (d+1, B)
+        G = (Zc @ Zc.transpose(1, 2)) / n                           # (B, D, D), carries 1/n
+        zq = Z[:, :, n]                                             # (B, D)
         L = P.shape[0]
-        for l in range(L):
-            K = torch.einsum("ij,jkb,kl->ilb", P[l], G, Q[l])     # (1/n) P_l G_l Q_l
-            if l < L - 1:                                         # G_{l+1} = (I + K) G (I + K)^T
-                KG = _matmul_last(K, G)
-                G = G + KG + KG.transpose(0, 1) + _matmul_last(KG, K.transpose(0, 1))
-            zq = zq + (K * zq[None, :, :]).sum(1)
-        return -zq[-1]
+
+        def G_times(v):                                             # G v per prompt, v (B, D)
+            return (G @ v[:, :, None])[:, :, 0]
+
+        for l in range(L - 2):                                      # G <- T G T^T, z_q <- T z_q
+            T = P[l] @ G @ Q[l] + torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
+            G = T @ G @ T.transpose(1, 2)
+            zq = (T @ zq[:, :, None])[:, :, 0]
+        if L >= 2:
+            P0, Q0, P1, Q1 = P[L - 2], Q[L - 2], P[L - 1], Q[L - 1]
+            z1 = zq + G_times(zq @ Q0.T) @ P0.T                     # T z_q
+
+            def T_transpose(v):                                     # v + Q_0^T G P_0^T v
+                return v + G_times(v @ P0) @ Q0
+
+            a = T_transpose(P1[-1].expand(zq.shape[0], -1))
+            b = T_transpose(z1 @ Q1.T)
+            return -(z1[:, -1] + (a * G_times(b)).sum(-1))
+        return -(zq[:, -1] + (G_times(zq @ Q[0].T) * P[0, -1]).sum(-1))
 
 
 # =====================================================================================

@@ -240,7 +240,7 @@ FULL_ML_QUICK_NOTE = (
     "times that) and (a, b) within 4.8 % (tolerance 15 %: 3.1 times); the "
     "controls' values at Theorem 4's set / the GD++ optimum are 3.9 (plain GD, "
     "0.784), 4.0 (second minimum, 0.59) and 6.7 (sparse optimum, 1.0) times "
-    "their tolerances (seeds 0-19: at least 3.86, 3.86, 6.57 times).")
+    "their tolerances (seeds 0-19: at least 3.85, 3.82, 6.53 times).")
 FULL_ML_FULL_NOTE = "Full: from N(0, 0.01^2) on every entry, float32, compiled loss."
 
 
