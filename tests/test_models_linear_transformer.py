@@ -147,6 +147,25 @@ def test_torch_sampler_law():
     assert np.mean(tb.y_q.numpy() ** 2) == pytest.approx(3.0, rel=0.05)
 
 
+@pytest.mark.parametrize("task", ["inverse", "identity"])
+def test_torch_sampler_labels_are_one_linear_task_per_prompt(task):
+    # a rotated covariance: every label of a prompt (query included) is w^T x with one w, and
+    # w ~ N(0, Sigma^-1) ("inverse") or N(0, I) ("identity")
+    rng = np.random.default_rng(1)
+    O = np.linalg.qr(rng.standard_normal((3, 3)))[0]
+    Sigma = O @ np.diag([1.0, 0.5, 0.25]) @ O.T
+    g = torch.Generator().manual_seed(0)
+    tb = lt.sample_tokens_torch(Sigma, 5, 20000, generator=g, task=task)
+    Z = tb.Z.numpy()
+    X, y = Z[:, :3, :5], Z[:, 3, :5]                   # context columns and labels
+    w = np.linalg.solve(X[:, :, :3].transpose(0, 2, 1), y[:, :3, None])[:, :, 0]   # from 3 of the 5 labels
+    np.testing.assert_allclose(np.einsum("bd,bdn->bn", w, X), y, atol=1e-6 * np.abs(y).max())
+    np.testing.assert_allclose(np.einsum("bd,bd->b", w, Z[:, :3, 5]), tb.y_q.numpy(), atol=1e-6 * np.abs(y).max())
+    cov_w = np.cov(w.T)
+    target = np.linalg.inv(Sigma) if task == "inverse" else np.eye(3)
+    np.testing.assert_allclose(cov_w, target, atol=0.1 * np.abs(target).max())
+
+
 def test_torch_validation():
     with pytest.raises(ValueError, match="^parametrisation"):
         lt.LinearTransformer(3, 2, "dense")

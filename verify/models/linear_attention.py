@@ -165,13 +165,12 @@ def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
         chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
     D = chol.shape[0]
     g = standard_normal((batch, N + 1, D), generator, device, dtype)
-    x = g @ chol.T                                   # (B, N+1, D), rows ~ N(0, Lambda)
+    xT = torch.einsum("ij,bnj->bin", chol, g)        # (B, D, N+1), columns ~ N(0, Lambda)
     w = standard_normal((batch, D), generator, device, dtype)
-    y = (x @ w.unsqueeze(-1)).squeeze(-1)            # (B, N+1)
+    y = (xT * w[:, :, None]).sum(1)                  # (B, N+1)
     y_q = y[:, N].clone()
-    y = y.clone()
     y[:, N] = 0.0                                    # the query's label slot
-    X = torch.cat([x.transpose(1, 2), y.unsqueeze(1)], dim=1)
+    X = torch.cat([xT, y.unsqueeze(1)], dim=1)
     return TokenBatch(X, y_q, w)
 
 

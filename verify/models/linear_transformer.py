@@ -341,15 +341,16 @@ def sample_tokens_torch(Sigma, n: int, batch: int, *, generator, task: str = "in
         chol = torch.as_tensor(np.linalg.cholesky(validate.covariance("Sigma", Sigma)), dtype=torch.float64,
                                device=device)
     d = chol.shape[0]
-    x = standard_normal((batch, n + 1, d), generator, device, chol.dtype) @ chol.T  # rows ~ N(0, Sigma)
+    g = standard_normal((batch, n + 1, d), generator, device, chol.dtype)
     u = standard_normal((batch, d), generator, device, chol.dtype)
-    if task == "inverse":                                          # w = C^{-T} u: rows u C^{-1}
-        eye = torch.eye(d, dtype=chol.dtype, device=device)
-        u = u @ torch.linalg.solve_triangular(chol, eye, upper=False)
-    y = (x * u[:, None, :]).sum(-1)                                # (B, n + 1)
+    xT = torch.einsum("ij,bnj->bin", chol, g)                      # columns x = C g ~ N(0, Sigma)
+    if task == "inverse":                 # w = C^{-T} u: y = w^T x = u^T C^{-1} C g = u^T g
+        y = (g * u[:, None, :]).sum(-1)                            # (B, n + 1)
+    else:
+        y = (xT * u[:, :, None]).sum(1)
     y_q = y[:, n].clone()
     y[:, n] = 0.0
-    return TokenBatch(torch.cat([x.transpose(1, 2), y[:, None, :]], dim=1), y_q)
+    return TokenBatch(torch.cat([xT, y[:, None, :]], dim=1), y_q)
 
 
 if torch is not None:

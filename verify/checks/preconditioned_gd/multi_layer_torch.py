@@ -236,8 +236,8 @@ FULL_ML_QUICK_NOTE = (
     "a run on the dead-layer plateau at step 1500 (mean batch loss > 0.5) or "
     "stopped by the guard is restarted (at most {runs} runs; "
     "this one: {this}). Tolerances from the spread over seeds 0-19 "
-    "(all converged, 3 after one restart): Dist <= 0.042 (tolerance 0.2: 4.8 "
-    "times that) and (a, b) within 4.8 % (tolerance 15 %: 3.1 times); the "
+    "(all converged, 3 after one restart): Dist <= 0.044 (tolerance 0.2: 4.5 "
+    "times that) and (a, b) within 5.0 % (tolerance 15 %: 3.0 times); the "
     "controls' values at Theorem 4's set / the GD++ optimum are 3.9 (plain GD, "
     "0.784), 4.0 (second minimum, 0.59) and 6.7 (sparse optimum, 1.0) times "
     "their tolerances (seeds 0-19: at least 3.85, 3.82, 6.53 times).")
@@ -270,10 +270,10 @@ def full_multilayer(ctx):
     Both profiles start from ``N(0, 0.01^2)`` on every entry. Quick: ``L = 2``, 6000 steps of
     batch 500, Adam (0.9, 0.999), lr 0.02 halved every 2000, per-matrix clipping 0.01, and a
     run still on the dead-layer plateau at step 1500 restarted (:data:`FULL_ML_QUICK`,
-    :data:`FULL_ML_ATTEMPTS`); seeds 0-19: all pass (3 needed one restart), Dist <= 0.042,
-    ``(a_0, a_1, b_0)`` within 4.8 % of the GD++ optimum (``a_0`` sits 3-5 % above it in every
+    :data:`FULL_ML_ATTEMPTS`); seeds 0-19: all pass (3 needed one restart), Dist <= 0.044,
+    ``(a_0, a_1, b_0)`` within 5.0 % of the GD++ optimum (``a_0`` sits 3-5 % above it in every
     run: the full parametrisation's optimum moves off GD++'s through the label-label
-    entries), held-out loss 9-41 % above the GD++ optimum's (not tested in the quick
+    entries), held-out loss 9-50 % above the GD++ optimum's (not tested in the quick
     profile). Full: ``L = 2`` and ``3``, 20000 steps of batch 4000
     (``L = 3``: 40000 steps with a smaller, clipped learning rate, :data:`FULL_ML_FULL`).
     Seed 0, ``L = 2``: Dist <= 0.021, ``(a_0, a_1, b_0)`` within 2 % of the GD++ optimum,
