@@ -520,10 +520,10 @@ class TrainResult:
 WEIGHT_SNAPSHOTS = 4000
 
 
-def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int, batch: int,
+def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: int,
                      generator: torch.Generator, device=None, log_every: int = 1,
                      iterate: Callable[[Iterable, str], Iterable] | None = None,
-                     threads: int | None = 1) -> TrainResult:
+                     threads: int | None = 1):
     """Online SGD on freshly sampled batches; log the population loss of ``M``.
 
     Each step draws ``batch`` new sequences (:func:`sample_tokens`), takes the loss
@@ -533,9 +533,10 @@ def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int
 
     Parameters
     ----------
-    model : MergedLinearAttention or CubicFeatureMLP
+    model : MergedLinearAttention, SeparateLinearAttention or CubicFeatureMLP, or a list of them
         Anything with ``predict(X)``, ``effective_matrix()`` and attribute ``D``; trained
-        in place (moved to ``device``).
+        in place (moved to ``device``). A list or tuple: the models are trained side by side on
+        the same batches (what one generator per model seeded alike would give, drawn once).
     Lambda : array_like
         Token covariance (D x D SPD or eigenvalues).
     N : int
@@ -559,7 +560,7 @@ def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int
 
     Returns
     -------
-    TrainResult
+    TrainResult, or a list of them (one per model) when ``model`` is a list or tuple
     """
     import theory
 
@@ -569,42 +570,36 @@ def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int
     batch = validate.integer("batch", batch)
     log_every = validate.integer("log_every", log_every)
     generator = validate.generator(generator)
-    if not (hasattr(model, "predict") and hasattr(model, "effective_matrix")):
-        raise ValueError("model: expected a model with predict(X) and effective_matrix()")
+    several = isinstance(model, (list, tuple))
+    models = list(model) if several else [model]
+    if not models:
+        raise ValueError("model: expected at least one model")
     lam = validate_covariance(Lambda)
-    if lam.shape[0] != model.D:
-        raise ValueError(f"Lambda: dimension {lam.shape[0]} does not match the model's "
-                         f"D = {model.D}")
-    if getattr(model, "N", N) != N:
-        raise ValueError(f"N: the model was built for N = {model.N}, got {N}")
+    for m in models:
+        if not (hasattr(m, "predict") and hasattr(m, "effective_matrix")):
+            raise ValueError("model: expected a model with predict(X) and effective_matrix()")
+        if lam.shape[0] != m.D:
+            raise ValueError(f"Lambda: dimension {lam.shape[0]} does not match the model's "
+                             f"D = {m.D}")
+        if getattr(m, "N", N) != N:
+            raise ValueError(f"N: the model was built for N = {m.N}, got {N}")
     device = torch.device(device) if device is not None else generator.device
     if device.type != generator.device.type:
         raise ValueError(f"generator: on {generator.device}, but device is {device}")
-    model.to(device)
-    dtype = next(model.parameters()).dtype
+    for m in models:
+        m.to(device)
+    dtypes = {next(m.parameters()).dtype for m in models}
+    if len(dtypes) > 1:
+        raise ValueError(f"model: the models trained side by side must share a dtype, got {sorted(map(str, dtypes))}")
+    dtype = dtypes.pop()
     chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
     loss_cf = theory.get("linear_attention.merged.loss")
-    has_blocks = hasattr(model, "zero_block_norms")
-    opt = torch.optim.SGD(model.parameters(), lr=eta)
-
-    log_step, log_batch, log_v, log_u, Ms = [], [], [], [], []
-    weights = {} if hasattr(model, "flow_weights") else None
-    keep_every = max(1, (steps // log_every) // WEIGHT_SNAPSHOTS)
-
-    def log(k, batch_loss):
-        M = model.effective_matrix().detach().cpu().numpy().astype(np.float64)
-        log_step.append(k)
-        log_batch.append(batch_loss)
-        Ms.append(M)
-        if weights is not None and (len(log_step) - 1) % keep_every == 0:
-            weights[len(log_step) - 1] = model.flow_weights()
-        if has_blocks:
-            nv, nu = model.zero_block_norms()
-            log_v.append(nv)
-            log_u.append(nu)
+    logs = [_RunLog(m, max(1, (steps // log_every) // WEIGHT_SNAPSHOTS)) for m in models]
+    opts = [torch.optim.SGD(m.parameters(), lr=eta) for m in models]
 
     t0 = time.perf_counter()
-    log(0, float("nan"))
+    for lg in logs:
+        lg.log(0, float("nan"))
     loop = range(1, steps + 1)
     if iterate is not None:
         loop = iterate(loop, "online SGD")
@@ -612,21 +607,47 @@ def train_online_sgd(model: nn.Module, Lambda, N: int, *, eta: float, steps: int
         for k in loop:
             X, y_q, _ = sample_tokens(None, N, batch, generator=generator, device=device,
                                       dtype=dtype, chol=chol)
-            opt.zero_grad(set_to_none=True)
-            loss = torch.mean((y_q - model.predict(X)) ** 2)
-            loss.backward()
-            opt.step()
-            if k % log_every == 0 or k == steps:
-                log(k, float(loss.detach()))
-    Ms = np.asarray(Ms)
-    population = loss_cf(Lambda=lam, N=N, M=Ms)  # one call on the stack of logged matrices
+            for m, opt, lg in zip(models, opts, logs):
+                opt.zero_grad(set_to_none=True)
+                loss = torch.mean((y_q - m.predict(X)) ** 2)
+                loss.backward()
+                opt.step()
+                if k % log_every == 0 or k == steps:
+                    lg.log(k, float(loss.detach()))
     seconds = time.perf_counter() - t0
-    step = np.asarray(log_step, dtype=np.int64)
-    return TrainResult(
-        step=step, t=2.0 * eta * step, loss=population, batch_loss=np.asarray(log_batch),
-        zero_v=np.asarray(log_v) if has_blocks else None,
-        zero_u=np.asarray(log_u) if has_blocks else None,
-        M=Ms[-1], eta=eta, batch=batch, seconds=seconds, M_log=Ms, weights=weights)
+    out = [lg.result(loss_cf, lam, N, eta, batch, seconds) for lg in logs]
+    return out if several else out[0]
+
+
+class _RunLog:
+    """What :func:`train_online_sgd` records of one model."""
+
+    def __init__(self, model, keep_every: int):
+        self.model, self.keep_every = model, keep_every
+        self.step, self.batch_loss, self.v, self.u, self.M = [], [], [], [], []
+        self.weights = {} if hasattr(model, "flow_weights") else None
+        self.has_blocks = hasattr(model, "zero_block_norms")
+
+    def log(self, k: int, batch_loss: float) -> None:
+        self.step.append(k)
+        self.batch_loss.append(batch_loss)
+        self.M.append(self.model.effective_matrix().detach().cpu().numpy().astype(np.float64))
+        if self.weights is not None and (len(self.step) - 1) % self.keep_every == 0:
+            self.weights[len(self.step) - 1] = self.model.flow_weights()
+        if self.has_blocks:
+            nv, nu = self.model.zero_block_norms()
+            self.v.append(nv)
+            self.u.append(nu)
+
+    def result(self, loss_cf, lam, N: int, eta: float, batch: int, seconds: float) -> TrainResult:
+        Ms = np.asarray(self.M)
+        population = loss_cf(Lambda=lam, N=N, M=Ms)  # one call on the stack of logged matrices
+        step = np.asarray(self.step, dtype=np.int64)
+        return TrainResult(
+            step=step, t=2.0 * eta * step, loss=population, batch_loss=np.asarray(self.batch_loss),
+            zero_v=np.asarray(self.v) if self.has_blocks else None,
+            zero_u=np.asarray(self.u) if self.has_blocks else None,
+            M=Ms[-1], eta=eta, batch=batch, seconds=seconds, M_log=Ms, weights=self.weights)
 
 
 def benchmark_steps(D: int, N: int, H: int, batch: int, steps: int, device="cpu",

@@ -245,8 +245,13 @@ def torch_softmax_drops(ctx):
     drop. Negative control: the counter on the exact-flow loss of
     the merged model (§3: one abrupt drop) from an eq.-34 start of the same scale, the curve started
     :data:`MERGED_DELAY` blocks late (as from a smaller start), gives < 2 (the one drop).
+
+    Both layers are trained side by side on the same batches, in float32 (the smallest drop
+    counted is 2 % of the loss, float32 resolves 6e-8 of it). Seeds 0-19 (quick): all pass, the
+    softmax layer shows 2 drops (3 at one seed), the counter on the linear layer agrees with its
+    staircase at every seed, and the merged control counts 1 drop.
     """
-    import torch  # noqa: F401
+    import torch
 
     from verify.flows import separate as fs
     from verify.models.linear_attention import train_online_sgd
@@ -268,13 +273,15 @@ def torch_softmax_drops(ctx):
     Lam = random_covariance(ctx.rng, eig)
     levels = saddle_levels(Lam, N, D)
     v0, k0, q0 = fs.init_separate(ctx.rng, H, 1, D, w_init)
-    out = {}
-    for name, softmax in (("softmax", True), ("linear", False)):
+    layers = []
+    for softmax in (True, False):  # the same start: each layer's * blocks from the same draws
         gen = ctx.torch_generator(ctx.device)
-        att = SeparateLinearAttention(D, H, 1, N, softmax=softmax, device=ctx.device)
-        att.init_(gen, w_init).load_(v0, k0, q0)
-        out[name] = train_online_sgd(att, Lam, N, eta=eta, steps=steps, batch=batch, generator=gen,
-                                     device=ctx.device, iterate=ctx.iterate)
+        layers.append(SeparateLinearAttention(D, H, 1, N, softmax=softmax, dtype=torch.float32, device=ctx.device)
+                      .init_(gen, w_init).load_(v0, k0, q0))
+    # trained side by side on the same batches
+    out = dict(zip(("softmax", "linear"), train_online_sgd(layers, Lam, N, eta=eta, steps=steps, batch=batch,
+                                                           generator=gen, device=ctx.device,
+                                                           iterate=ctx.iterate)))
     n_soft, info_soft = count_drops(out["softmax"].batch_loss[1:], block, min_drop)
     n_lin, info_lin = count_drops(out["linear"].batch_loss[1:], block, min_drop)
     lin = out["linear"]
@@ -331,8 +338,8 @@ def torch_softmax_drops(ctx):
                  "eq.-19 crossing times of the linear run": [float(t) for t in crossings],
                  "merged exact flow": {"drops": n_merged,
                                        **{k: v for k, v in info_merged.items() if k != "block_means"}},
-                 "consistent": consistent,
-                 "seconds": {k: r.seconds for k, r in out.items()}},
+                 "consistent": consistent, "dtype": "float32",
+                 "seconds (both layers)": lin.seconds},
         figures={"loss": {"kind": "lines", "title": f"ATTN_S {setting}: softmax vs linear, "
                           f"online SGD (eta={eta}, batch {batch})", "xlabel": "t/τ",
                           "ylabel": "batch loss", "series": series}},
