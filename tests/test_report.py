@@ -223,3 +223,30 @@ def _valid(doc):
     schema = json.loads((Path(report.__file__).parent / "schemas" / "results.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(doc)
+
+
+def test_log_axis_labels_are_matplotlibs_in_plain_text():
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    from verify.report import _plain_log_formatter, _plain_math
+
+    assert _plain_math("$\\mathdefault{10^{-3}}$") == "10⁻³"
+    assert _plain_math("$\\mathdefault{2\\times10^{-1}}$") == "2×10⁻¹"
+    assert _plain_math("$\\mathdefault{10^{12}}$") == "10¹²"
+    assert _plain_math("") == "" and _plain_math("0.5") == "0.5"
+    assert _plain_math("$\\alpha^{2}$") == "$\\alpha^{2}$"   # anything else is left to mathtext
+    # the same ticks labelled as matplotlib's own formatter, on a wide and on a narrow log range
+    for lim in ((1e-3, 1e5), (0.2, 0.9)):
+        labels = {}
+        for kind in ("plain", "matplotlib"):
+            ax = Figure().add_subplot()
+            ax.set_yscale("log")
+            ax.set_ylim(*lim)
+            cls = _plain_log_formatter() if kind == "plain" else LogFormatterSciNotation
+            ax.yaxis.set_major_formatter(cls())
+            ax.yaxis.set_minor_formatter(cls(labelOnlyBase=False))
+            ax.figure.canvas.draw()
+            labels[kind] = [bool(t.get_text()) for t in ax.yaxis.get_ticklabels(which="both")]
+        assert labels["plain"] == labels["matplotlib"] and any(labels["plain"])

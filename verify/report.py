@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -1008,6 +1009,36 @@ def _title(text) -> str:
     return textwrap.fill(str(text), 70) if text else ""
 
 
+_SUPERSCRIPT = str.maketrans("0123456789-+.", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺·")
+
+
+def _plain_math(label: str) -> str:
+    """A log-axis tick label of matplotlib (``$\\mathdefault{2\\times10^{-3}}$``) as plain
+    text (``2×10⁻³``): the same label without the mathtext parser, which took about half the
+    time of drawing a figure with log axes. Anything else is returned as it came."""
+    if not (len(label) > 1 and label[0] == label[-1] == "$"):
+        return label
+    body = label[1:-1]
+    if body.startswith("\\mathdefault{") and body.endswith("}"):
+        body = body[len("\\mathdefault{"):-1]
+    body = body.replace("\\times", "×").replace("\\cdot", "·").replace("\\ ", " ")
+    body = re.sub(r"\^\{([^{}]*)\}", lambda m: m.group(1).translate(_SUPERSCRIPT), body)
+    return label if any(c in body for c in "\\{}^$") else body
+
+
+@functools.cache
+def _plain_log_formatter():
+    """A formatter class: matplotlib's log-axis tick labels (which ticks it labels, and how) in
+    plain text (:func:`_plain_math`)."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    class PlainLogFormatter(LogFormatterSciNotation):
+        def __call__(self, x, pos=None):
+            return _plain_math(super().__call__(x, pos))
+
+    return PlainLogFormatter
+
+
 def _lines(spec: dict, Figure):
     import numpy as np
 
@@ -1040,6 +1071,10 @@ def _lines(spec: dict, Figure):
             ax.plot(x, y, label=label, linewidth=1.6, **kw)
     ax.set_xscale(spec.get("xscale", "linear"))
     ax.set_yscale(spec.get("yscale", "linear"))
+    for axis, scale in ((ax.xaxis, spec.get("xscale")), (ax.yaxis, spec.get("yscale"))):
+        if scale == "log":
+            axis.set_major_formatter(_plain_log_formatter()())
+            axis.set_minor_formatter(_plain_log_formatter()(labelOnlyBase=False))
     ax.set_xlabel(spec.get("xlabel", ""))
     ax.set_ylabel(spec.get("ylabel", ""))
     ax.set_title(_title(spec.get("title", "")), fontsize=11)
