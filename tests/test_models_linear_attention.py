@@ -257,3 +257,59 @@ def test_train_online_sgd_validation():
         train_online_sgd(m, [1.0, 1.0], 5, **kw)
     with pytest.raises(ValueError, match="^steps"):
         train_online_sgd(m, LAM3, 5, **{**kw, "steps": -1})
+
+
+def _randomised(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["merged", "separate"])
+def test_next_token_predictions_are_the_layer_on_every_prefix(kind):
+    from verify.models.linear_attention import next_token_predictions
+    from verify.models.linear_attention_separate import SeparateLinearAttention
+
+    D, N = 3, 6
+    model = _randomised(MergedLinearAttention(D, 2, N) if kind == "merged" else SeparateLinearAttention(D, 2, 2, N))
+    g = torch.Generator().manual_seed(1)
+    X, y_q, _ = sample_tokens(np.ones(D), N, 5, generator=g)
+    X = X.clone()
+    X[:, D, N] = y_q                                   # every token labelled
+    pred = next_token_predictions(model, X).detach()
+    assert pred.shape == (5, N)
+    for p in range(1, N + 1):                          # the layer on tokens 1..p+1, query label 0, rho = p
+        Xp = X[:, :, :p + 1].clone()
+        Xp[:, D, p] = 0.0
+        model.rho = float(p)
+        ref = model.predict(Xp).detach()
+        np.testing.assert_allclose(pred[:, p - 1].numpy(), ref.numpy(), rtol=1e-12, atol=1e-12 * float(ref.abs().max()))
+    # rho = N at every position (the fixed-length normaliser) is a different function
+    model.rho = float(N)
+    X1 = X[:, :, :2].clone()
+    X1[:, D, 1] = 0.0
+    assert float((pred[:, 0] - model.predict(X1).detach()).abs().max()) > 1e-3
+
+
+def test_next_token_population_loss_averages_lengths():
+    from verify.models.linear_attention import next_token_population_loss
+    from verify.stats import evaluate
+
+    Lam = np.diag([0.5, 0.3, 0.2])
+    M = np.random.default_rng(0).standard_normal((3, 3)) * 0.3
+    direct = np.mean([float(evaluate("linear_attention.merged.loss", Lambda=Lam, N=p, M=M)) for p in range(1, 9)])
+    assert float(next_token_population_loss(Lam, 8, M)) == pytest.approx(direct, rel=1e-12)
+    # at the eq.-25 minimiser it is eq. 26 (m = D)
+    M_ntp = evaluate("linear_attention.ntp.converged_matrix", Lambda=Lam, N_max=8)
+    L_ntp = float(evaluate("linear_attention.ntp.global_min_loss", Lambda=Lam, N_max=8))
+    assert float(next_token_population_loss(Lam, 8, M_ntp)) == pytest.approx(L_ntp, rel=1e-10)
+
+
+def test_softmax_layers_have_no_value_query_tensor():
+    from verify.models.linear_attention_separate import SeparateLinearAttention
+
+    for model in (MergedLinearAttention(2, 1, 3, softmax=True), SeparateLinearAttention(2, 1, 1, 3, softmax=True)):
+        with pytest.raises(ValueError, match="^softmax"):
+            model.value_query_tensor()

@@ -51,9 +51,9 @@ from torch import nn
 
 from .. import validate
 
-__all__ = ["MergedLinearAttention", "CubicFeatureMLP", "TokenBatch", "TrainResult",
-           "cpu_threads", "cubic_features", "sample_tokens", "standard_normal", "train_online_sgd", "benchmark_steps",
-           "validate_covariance"]
+__all__ = ["MergedLinearAttention", "CubicFeatureMLP", "TokenBatch", "TrainResult", "next_token_predictions",
+           "next_token_population_loss", "cpu_threads", "cubic_features", "sample_tokens", "standard_normal",
+           "train_online_sgd", "benchmark_steps", "validate_covariance"]
 
 DTYPE = torch.float64
 
@@ -304,6 +304,14 @@ class MergedLinearAttention(nn.Module):
         s = torch.bmm(r, X @ X.transpose(1, 2))                              # (X X^T W^KQ_h q)^T
         return X[:, self.D, -1] + (s * self.WV[:, self.D, :]).sum((1, 2)) / self.rho
 
+    def value_query_tensor(self) -> torch.Tensor:
+        """``T_{cde} = sum_i W^V_i[D, c] W^KQ_i[d, e]``, shape (D+1, D+1, D+1): the linear layer's
+        prediction is ``X[D, N] + (1/rho) sum_{cde} (X X^T)_{cd} T_{cde} x_{q,e}``
+        (:func:`next_token_predictions`)."""
+        if self.softmax:
+            raise ValueError("softmax: the softmax layer has no value-query tensor (linear layers only)")
+        return torch.einsum("hc,hde->cde", self.WV[:, self.D, :], self.WKQ)
+
     # -- blocks -------------------------------------------------------------------------
     def value_scalars(self) -> torch.Tensor:
         """``v_i = W^V_i[D, D]``, shape (H,) (the MLP's second layer ``w2``)."""
@@ -520,10 +528,46 @@ class TrainResult:
 WEIGHT_SNAPSHOTS = 4000
 
 
+def next_token_predictions(model, X: torch.Tensor) -> torch.Tensor:
+    """The linear layer's predictions at every position of whole sequences (next-token loss, eq. 23).
+
+    ``X`` (B, D+1, N+1) holds N+1 labelled tokens. Position ``p = 1..N`` is the layer applied to the
+    first ``p + 1`` tokens with the last one's label slot zeroed (its query) and ``rho = p`` (the
+    ``1/N`` of eqs. M and S is the current context length, App. A.1): ``yhat_p = (1/p) sum_{cde}
+    G^(p)_{cd} T_{cde} q_{p,e}`` with ``G^(p) = sum_{j <= p} z_j z_j^T + q_p q_p^T`` (the layer's
+    ``X X^T`` over that prefix, query included), ``q_p = (x_{p+1}, 0)`` and ``T`` the model's
+    :meth:`value_query_tensor`. The same function as ``model.predict`` on each prefix (a test
+    compares them); returns (B, N), the predictions of ``y_2 .. y_{N+1}``.
+    """
+    X = _as_tokens(X, model.D)
+    B, d, n1 = X.shape
+    N = n1 - 1
+    if N < 1:
+        raise ValueError(f"X: expected at least 2 tokens per sequence, got {n1}")
+    T = model.value_query_tensor().reshape(d * d, d)
+    Z = X.transpose(1, 2)                                                   # (B, N+1, d)
+    S = torch.cumsum(Z[:, :N, :, None] * Z[:, :N, None, :], dim=1)           # sum_{j<=p} z_j z_j^T
+    q = torch.cat([Z[:, 1:, :model.D], torch.zeros_like(Z[:, 1:, model.D:])], dim=2)   # (B, N, d)
+    G = S + q[:, :, :, None] * q[:, :, None, :]
+    p = torch.arange(1, N + 1, dtype=X.dtype, device=X.device)
+    return ((G.reshape(B, N, d * d) @ T) * q).sum(-1) / p
+
+
+def next_token_population_loss(Lambda, N_max: int, M) -> np.ndarray:
+    """Population next-token loss (eq. 23) of effective matrices ``M`` (..., D, D): the average over
+    context lengths ``p = 1..N_max`` of the fixed-length loss ``linear_attention.merged.loss``."""
+    import theory
+
+    loss_cf = theory.get("linear_attention.merged.loss")
+    N_max = validate.integer("N_max", N_max)
+    return np.mean([np.asarray(loss_cf(Lambda=Lambda, N=p, M=M), dtype=np.float64)
+                    for p in range(1, N_max + 1)], axis=0)
+
+
 def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: int,
                      generator: torch.Generator, device=None, log_every: int = 1,
                      iterate: Callable[[Iterable, str], Iterable] | None = None,
-                     threads: int | None = 1):
+                     threads: int | None = 1, next_token: bool = False):
     """Online SGD on freshly sampled batches; log the population loss of ``M``.
 
     Each step draws ``batch`` new sequences (:func:`sample_tokens`), takes the loss
@@ -557,6 +601,11 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         ``iterate(range, desc)`` wrapper for a progress bar.
     threads : int or None
         CPU threads during the run (see :func:`cpu_threads`); None leaves torch's setting.
+    next_token : bool
+        Train on the next-token loss (eq. 23, App. A.1) instead: sequences of ``N + 1`` labelled
+        tokens, the loss averaged over the predictions at every position
+        (:func:`next_token_predictions`, context lengths ``1..N``), and the logged population loss
+        :func:`next_token_population_loss` (``N`` is then ``N_max``). Linear layers only.
 
     Returns
     -------
@@ -607,15 +656,22 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         for k in loop:
             X, y_q, _ = sample_tokens(None, N, batch, generator=generator, device=device,
                                       dtype=dtype, chol=chol)
+            if next_token:                                  # every label, the query's included
+                X = torch.cat([X[:, :-1, :], torch.cat([X[:, -1, :-1], y_q[:, None]], dim=1)[:, None, :]], dim=1)
+                targets = X[:, -1, 1:]
             for m, opt, lg in zip(models, opts, logs):
                 opt.zero_grad(set_to_none=True)
-                loss = torch.mean((y_q - m.predict(X)) ** 2)
+                if next_token:
+                    loss = torch.mean((targets - next_token_predictions(m, X)) ** 2)
+                else:
+                    loss = torch.mean((y_q - m.predict(X)) ** 2)
                 loss.backward()
                 opt.step()
                 if k % log_every == 0 or k == steps:
                     lg.log(k, float(loss.detach()))
     seconds = time.perf_counter() - t0
-    out = [lg.result(loss_cf, lam, N, eta, batch, seconds) for lg in logs]
+    population = (lambda Lambda, N, M: next_token_population_loss(Lambda, N, M)) if next_token else loss_cf
+    out = [lg.result(population, lam, N, eta, batch, seconds) for lg in logs]
     return out if several else out[0]
 
 

@@ -142,6 +142,14 @@ class SeparateLinearAttention(nn.Module):
         vals = torch.einsum("hc,bcn->bhn", w, X)                      # row D of W^V_i X
         return X[:, self.D, -1] + (vals * self._weights(scores.unsqueeze(-1)).squeeze(-1)).sum((1, 2))
 
+    def value_query_tensor(self) -> torch.Tensor:
+        """``T_{cde} = sum_{i,r} W^V_i[D, c] W^K_i[r, d] W^Q_i[r, e]``, shape (D+1, D+1, D+1): the
+        linear layer's prediction is ``X[D, N] + (1/rho) sum_{cde} (X X^T)_{cd} T_{cde} x_{q,e}``
+        (:func:`verify.models.linear_attention.next_token_predictions`)."""
+        if self.softmax:
+            raise ValueError("softmax: the softmax layer has no value-query tensor (linear layers only)")
+        return torch.einsum("hc,hrd,hre->cde", self.WV[:, self.D, :], self.WK, self.WQ)
+
     # -- blocks -------------------------------------------------------------------------
     def value_scalars(self) -> torch.Tensor:
         """``v_i = W^V_i[D, D]``, shape (H,)."""

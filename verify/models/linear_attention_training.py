@@ -12,6 +12,7 @@ with eq. 19 (:func:`window_level`) and the drop times with the flow's (:func:`ru
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -162,8 +163,10 @@ def restarted_drop_durations(Lam, N, run, pt, pf, levels) -> tuple[np.ndarray, n
     return t_r, flow_d, run_d
 
 
-def window_level(Lam, N, run, p, j: int, half_width: float = WINDOW, t_flat: float | None = None) -> float:
-    """Population loss of the effective matrix averaged around the flattest point of plateau j.
+def window_level(Lam, N, run, p, j: int, half_width: float = WINDOW, t_flat: float | None = None,
+                 population: Callable | None = None) -> float:
+    """Population loss of the effective matrix averaged around the flattest point of plateau j
+    (``linear_attention.merged.loss``, or ``population(M)`` when given).
 
     The window is ``t_flat (1 +- half_width)`` inside the plateau (between the neighbouring
     drop times), ``t_flat`` the run's own flattest point unless given (:func:`mapped_flattest`);
@@ -190,6 +193,8 @@ def window_level(Lam, N, run, p, j: int, half_width: float = WINDOW, t_flat: flo
     if not np.any(sel):
         sel = t == t[p.flattest[j]]
     M_bar = run.M_log[sel].mean(0)
+    if population is not None:
+        return float(population(M_bar))
     return float(_cf("linear_attention.merged.loss", Lambda=Lam, N=N, M=M_bar))
 
 
