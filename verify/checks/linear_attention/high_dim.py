@@ -3,7 +3,7 @@
 Contains
 --------
 ``linear_attention.high_dim.flow_drops``
-    N = 127, lambda_d proportional to 1/d with trace 1: ATTN_S still lingers at every eq.-19 level (several
+    N = 127, lambda_d proportional to 1/d with trace 1: ATTN_S still lingers at eq.-19 levels (several
     drops), ATTN_M at none between L(0) and L* (one drop)
 """
 
@@ -30,7 +30,7 @@ CONVERGED = 1e-5
 @check("linear_attention.high_dim.flow_drops",
        covers=["linear_attention.separate.saddle_loss", "linear_attention.merged.global_min_loss"],
        method="exact_flow",
-       title="Fig. 8: with N = 127 and lambda_d ~ 1/d, ATTN_S lingers at every eq.-19 level (several drops) and "
+       title="Fig. 8: with N = 127 and lambda_d ~ 1/d, ATTN_S lingers at eq.-19 levels (several drops) and "
              "ATTN_M at none between L(0) and L* (one drop)",
        settings=[Setting("spectrum", "spectrum", quick="power:1", full="power:1",
                          doc="eigenvalues of Lambda (scaled to trace 1), randomly rotated"),
