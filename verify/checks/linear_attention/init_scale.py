@@ -55,9 +55,9 @@ def _kernel(model: str, params) -> np.ndarray:
     return lazy.kernel_merged(*params) if model == "merged" else lazy.kernel_separate(*params)
 
 
-def _run(model: str, mo, N: int, params, L_star: float, T: float, rates: bool = False):
-    """The exact flow from ``params`` on a log grid to ``T`` (extended x 4 while the excess loss is above
-    :data:`CONVERGED` of ``L(M_0) - L*``, at most :data:`MAX_EXTEND` times), and with ``rates`` the
+def _run(model: str, mo, N: int, params, L_star: float, T: float, rates: bool = False, extend: bool = True):
+    """The exact flow from ``params`` on a log grid to ``T`` (with ``extend``, x 4 while the excess loss is
+    above :data:`CONVERGED` of ``L(M_0) - L*``, at most :data:`MAX_EXTEND` times), and with ``rates`` the
     loss's rate of fall ``-dL/dt = 2 <G, K G>`` from the flow's own kernel at every grid time."""
     from verify.flows import merged as fm
     from verify.flows import separate as fs
@@ -72,7 +72,7 @@ def _run(model: str, mo, N: int, params, L_star: float, T: float, rates: bool = 
         # where an explicit method needs 30 times the evaluations
         res = (fm.integrate(mo, N, *params, t_eval=t, rtol=1e-9, method="LSODA") if model == "merged"
                else fs.integrate(mo, N, *params, t_eval=t, rtol=1e-9, method="LSODA"))
-        if res.loss[-1] - L_star <= CONVERGED * (mo.tr - L_star):
+        if not extend or res.loss[-1] - L_star <= CONVERGED * (mo.tr - L_star):
             break
         T *= 4.0
     if not rates:
@@ -181,7 +181,7 @@ def flow_regimes(ctx):
         K = _kernel(model, params)
         M0 = _matrix(model, params)
         T_lazy = _lazy_horizon(mo, K, M0, L_star)
-        res, rate = _run(model, mo, N, params, np.inf, T_lazy, rates=True)   # to T_lazy (L* = inf: no extension)
+        res, rate = _run(model, mo, N, params, L_star, T_lazy, rates=True, extend=False)
         lazy_loss = fm.loss(mo, None, lazy.lazy_matrices(mo, None, K, M0, res.t))
         drop = float(res.loss[0] - L_star)
         dev = float(np.max(np.abs(res.loss - lazy_loss)) / drop)
