@@ -657,7 +657,7 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
             X, y_q, _ = sample_tokens(None, N, batch, generator=generator, device=device,
                                       dtype=dtype, chol=chol)
             if next_token:                                  # every label, the query's included
-                X = torch.cat([X[:, :-1, :], torch.cat([X[:, -1, :-1], y_q[:, None]], dim=1)[:, None, :]], dim=1)
+                X[:, -1, -1] = y_q
                 targets = X[:, -1, 1:]
             for m, opt, lg in zip(models, opts, logs):
                 opt.zero_grad(set_to_none=True)

@@ -63,7 +63,7 @@ def flow_drops(ctx):
     """
     from verify.flows import merged as fm
     from verify.flows import separate as fs
-    from verify.flows.separate_ranks import saddle_levels
+    from verify.flows.separate_ranks import saddle_levels, thinned_series
     from verify.tasks.in_context_regression import random_covariance
 
     eig = np.asarray(ctx.setting("spectrum").eigenvalues(ctx.setting("D")), dtype=np.float64)
@@ -120,10 +120,8 @@ def flow_drops(ctx):
                 part_m_stair, 1.0, expected=float("inf")),
         Control("ATTN_S's curve as one drop: tol / min distance from an intermediate level",
                 NO_PLATEAU / max(nearest(err_s[inner]), 1e-300), 1.0, expected=None)]
-    step_s, step_m = max(1, n_t // 600), max(1, n_t // 600)
-    series = [{"label": f"ATTN_S (H = {D}, R = 1)", "x": res_s.t[1::step_s].tolist(),
-               "y": res_s.loss[1::step_s].tolist()},
-              {"label": f"ATTN_M (H = {H_M})", "x": res_m.t[1::step_m].tolist(), "y": res_m.loss[1::step_m].tolist()}]
+    series = [thinned_series(res_s.t[1:], res_s.loss[1:], f"ATTN_S (H = {D}, R = 1)"),
+              thinned_series(res_m.t[1:], res_m.loss[1:], f"ATTN_M (H = {H_M})")]
     series += [{"label": "eq. 19" if m == 0 else None, "x": [float(res_m.t[1]), float(res_s.t[-1])], "y": [L, L],
                 "style": ":", "color": "gray"} for m, L in enumerate(levels)]
     return Outcome(

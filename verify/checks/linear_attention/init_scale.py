@@ -143,7 +143,9 @@ def flow_regimes(ctx):
     """
     from verify.flows import lazy
     from verify.flows import merged as fm
-    from verify.flows.separate_ranks import saddle_levels
+    from verify.flows import separate as fs
+    from verify.flows.separate_ranks import saddle_levels, thinned_series
+    from verify.models.linear_attention_training import worst
     from verify.tasks.in_context_regression import random_covariance
 
     spec, N = ctx.setting("spectrum"), ctx.setting("N")
@@ -169,13 +171,11 @@ def flow_regimes(ctx):
             # the last drop comes at about 45 (ATTN_M, w_init = 1e-3) and 900 / w_init (ATTN_S)
             T0 = 200.0 if model == "merged" else 2000.0 / w
             res, rate = _run(model, mo, N, params, L_star, T0, rates=w == ws[0])
-            d = _drops(res.t, res.loss, marks)
-            drops.append(d)
+            drops.append(fs.plateaus(res.t, res.loss, marks).drop_times)   # mid-level crossings (NaN: none)
             curves.append((w, res, rate))
         drops = np.array(drops)                                    # (scales, drops)
         ratios = drops[1:] / drops[:-1]
-        worst = float(np.nanmax(ratios)) if np.all(np.isfinite(ratios)) else float("inf")
-        parts[f"{names[model]}: max drop-time ratio t(w_j+1) / t(w_j)"] = worst
+        parts[f"{names[model]}: max drop-time ratio t(w_j+1) / t(w_j)"] = worst(ratios)
         # the large scale against the frozen-kernel flow
         params = _scaled(model, unit, w_lazy)
         K = _kernel(model, params)
@@ -205,19 +205,17 @@ def flow_regimes(ctx):
                                      "max rate / rate(0) - 1": shape,
                                      "horizon (99 % of the lazy drop)": float(res.t[-1])},
             f"rich w_init = {w0:g}": {"frozen-kernel miss / drop": dev0, "max rate / rate(0) - 1": shape0}}
-        series = [{"label": f"w_init = {w:g}", "x": r.t[1:].tolist(), "y": r.loss[1:].tolist()}
-                  for w, r, _ in curves]
-        series += [{"label": f"w_init = {w_lazy:g} (exact)", "x": res.t[1:].tolist(), "y": res.loss[1:].tolist()},
-                   {"label": f"w_init = {w_lazy:g}, frozen kernel (lazy)", "x": res.t[1:].tolist(),
-                    "y": lazy_loss[1:].tolist(), "style": "--"}]
+        series = [thinned_series(r.t[1:], r.loss[1:], f"w_init = {w:g}") for w, r, _ in curves]
+        series += [thinned_series(res.t[1:], res.loss[1:], f"w_init = {w_lazy:g} (exact)"),
+                   thinned_series(res.t[1:], lazy_loss[1:], f"w_init = {w_lazy:g}, frozen kernel (lazy)", "--")]
         series += [{"label": f"L(M_{m}) eq. 19" if model == "separate" else ("L(0)" if m == 0 else "L*"),
                     "x": [float(res.t[1]), float(curves[0][1].t[-1])], "y": [float(L), float(L)], "style": ":",
                     "color": "gray"} for m, L in enumerate(marks)]
         figures[f"loss_{model}"] = {
             "kind": "lines", "title": f"Fig. 6: {names[model]} from one Gaussian draw at several scales",
-            "xlabel": "t/τ", "ylabel": "population loss", "xscale": "log", "series": _thin(series)}
+            "xlabel": "t/τ", "ylabel": "population loss", "xscale": "log", "series": series}
     return Outcome(
-        measured={k: v for k, v in parts.items()},
+        measured=dict(parts),
         predicted={"drop-time ratios": "< 1", "frozen-kernel miss": f"<= {LAZY_TOL}", "rate peak": "at t = 0"},
         discrepancy=max(parts.values()), tolerance=1.0,
         criterion=(f"max of: the largest ratio of consecutive drop times over w_init = {ws} (must be < 1; ATTN_M's "
@@ -227,18 +225,3 @@ def flow_regimes(ctx):
         controls=controls, details={"D": D, "N": N, "eigenvalues": list(map(float, eig)), **details},
         figures=figures)
 
-
-def _drops(t, loss, marks) -> np.ndarray:
-    """First crossings of the midpoints of consecutive ``marks`` (NaN where never crossed)."""
-    from verify.flows import separate as fs
-
-    return fs.plateaus(t, loss, marks).drop_times
-
-
-def _thin(series: list, n: int = 400) -> list:
-    out = []
-    for s in series:
-        x, y = np.asarray(s["x"]), np.asarray(s["y"])
-        step = max(1, x.size // n)
-        out.append({**s, "x": x[::step].tolist(), "y": y[::step].tolist()})
-    return out

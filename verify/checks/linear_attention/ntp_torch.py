@@ -89,6 +89,7 @@ def torch_training(ctx):
 
     from verify.flows import merged as fm
     from verify.flows import separate as fs
+    from verify.flows.separate_ranks import thinned_series
     from verify.models.linear_attention import MergedLinearAttention, next_token_population_loss, train_online_sgd
     from verify.models.linear_attention_separate import SeparateLinearAttention
     from verify.models.linear_attention_training import flow_horizon, mapped_flattest, window_level, worst
@@ -140,11 +141,8 @@ def torch_training(ctx):
                         f"(at eq. 26 itself: {expected_fixed:.3f})", worst(err_fixed), LEVEL_RTOL,
                         expected=expected_fixed)]
     t_fig = run_s.t[1:]
-    step = max(1, t_fig.size // 500)
-    series = [{"label": "ATTN_S (trained, next-token loss)", "x": t_fig[::step].tolist(),
-               "y": run_s.loss[1:][::step].tolist()},
-              {"label": "ATTN_S exact next-token flow", "x": t_fig[::step].tolist(),
-               "y": flow.loss[1:][::step].tolist(), "style": "--"}]
+    series = [thinned_series(t_fig, run_s.loss[1:], "ATTN_S (trained, next-token loss)"),
+              thinned_series(t_fig, flow.loss[1:], "ATTN_S exact next-token flow", "--")]
     merged = None
     if H_M:  # reported: its final level against eq. 26 at m = D, and how far its vector blocks drifted
         run_m = runs[1]
@@ -154,8 +152,7 @@ def torch_training(ctx):
                   "vector blocks, largest norm (v_i, u_i)": [float(np.max(run_m.zero_v)),
                                                              float(np.max(run_m.zero_u))],
                   "largest batch loss": float(np.nanmax(run_m.batch_loss))}
-        series.append({"label": f"ATTN_M (trained, H = {H_M}; reported)", "x": t_fig[::step].tolist(),
-                       "y": run_m.loss[1:][::step].tolist()})
+        series.append(thinned_series(t_fig, run_m.loss[1:], f"ATTN_M (trained, H = {H_M}; reported)"))
     series += [{"label": "eq. 26" if m == 0 else None, "x": [float(t_fig[0]), float(t_fig[-1])], "y": [L, L],
                 "style": ":", "color": "gray"} for m, L in enumerate(levels)]
     series += [{"label": "eq. 19, N = N_max" if m == 1 else None, "x": [float(t_fig[0]), float(t_fig[-1])],
