@@ -246,6 +246,33 @@ def test_train_online_sgd_deterministic_and_time_mapping():
     assert m.zero_v is None and np.all(np.isfinite(m.loss))
 
 
+def test_train_online_sgd_side_by_side_is_each_run_alone():
+    # a list of models is trained on one stream of batches: each run is what that model trained alone
+    # from a generator in the same state gives, bit for bit
+    from verify.models.linear_attention_separate import SeparateLinearAttention
+
+    D, N = 3, 5
+
+    def models():
+        return [MergedLinearAttention(D, 2, N).init_(gen(12), 0.5),
+                SeparateLinearAttention(D, 2, 1, N).init_(gen(13), 0.5)]
+
+    for next_token in (False, True):
+        together = train_online_sgd(models(), LAM3, N, eta=0.01, steps=5, batch=16, generator=gen(11),
+                                    next_token=next_token)
+        assert isinstance(together, list) and len(together) == 2
+        for model, run in zip(models(), together):
+            alone = train_online_sgd(model, LAM3, N, eta=0.01, steps=5, batch=16, generator=gen(11),
+                                     next_token=next_token)
+            np.testing.assert_array_equal(run.M_log, alone.M_log)
+            np.testing.assert_array_equal(run.batch_loss[1:], alone.batch_loss[1:])
+    with pytest.raises(ValueError, match="^model"):
+        train_online_sgd([MergedLinearAttention(D, 2, N), MergedLinearAttention(D, 2, N, dtype=torch.float32)],
+                         LAM3, N, eta=0.01, steps=1, batch=4, generator=gen(1))
+    with pytest.raises(ValueError, match="^model"):
+        train_online_sgd([], LAM3, N, eta=0.01, steps=1, batch=4, generator=gen(1))
+
+
 def test_train_online_sgd_validation():
     m = MergedLinearAttention(3, 2, 5)
     kw = dict(eta=0.01, steps=1, batch=4, generator=gen())
