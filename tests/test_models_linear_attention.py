@@ -284,6 +284,29 @@ def test_train_online_sgd_validation():
         train_online_sgd(m, [1.0, 1.0], 5, **kw)
     with pytest.raises(ValueError, match="^steps"):
         train_online_sgd(m, LAM3, 5, **{**kw, "steps": -1})
+    with pytest.raises(ValueError, match="^fixed"):
+        train_online_sgd(m, LAM3, 5, **{**kw, "fixed": 1.5}, w_star=np.ones(3))
+    with pytest.raises(ValueError, match="^w_star"):
+        train_online_sgd(m, LAM3, 5, **{**kw, "fixed": 0.5})
+
+
+def test_sample_tokens_fixed_task_portion():
+    # App. G: the first round(p B) sequences carry w*, the rest the draws they would have had anyway
+    w_star = np.array([0.5, -1.0, 2.0])
+    plain = sample_tokens(LAM3, 6, 10, generator=gen(3))
+    mixed = sample_tokens(LAM3, 6, 10, generator=gen(3), w_star=w_star, fixed=0.3)
+    assert torch.equal(plain.X[:, :3], mixed.X[:, :3])                     # the same inputs
+    assert torch.equal(plain.w[3:], mixed.w[3:])
+    np.testing.assert_array_equal(mixed.w[:3].numpy(), np.tile(w_star, (3, 1)))
+    y = torch.einsum("bd,bdn->bn", mixed.w, mixed.X[:, :3])
+    torch.testing.assert_close(mixed.X[:, 3, :6], y[:, :6])
+    torch.testing.assert_close(mixed.y_q, y[:, 6])
+    with pytest.raises(ValueError, match="^w_star"):
+        sample_tokens(LAM3, 6, 10, generator=gen(), fixed=0.5)
+    with pytest.raises(ValueError, match="^w_star"):
+        sample_tokens(LAM3, 6, 10, generator=gen(), w_star=np.ones(2), fixed=0.5)
+    with pytest.raises(ValueError, match="^fixed"):
+        sample_tokens(LAM3, 6, 10, generator=gen(), w_star=w_star, fixed=-0.1)
 
 
 def _randomised(model, seed=0):

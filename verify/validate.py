@@ -53,6 +53,14 @@ def nonnegative(name: str, value) -> float:
     return x
 
 
+def probability(name: str, value) -> float:
+    """A real number in ``[0, 1]``, as a float."""
+    x = _real(name, value, "in [0, 1]")
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"{name}: must be a number in [0, 1], got {value!r}")
+    return x
+
+
 def real_array(name: str, value, ndim: int | tuple[int, ...]) -> np.ndarray:
     """A float64 array of finite numbers with ``ndim`` dimensions (an int, or a tuple of allowed
     ones); a torch tensor is detached and copied to the CPU first."""

@@ -129,12 +129,15 @@ def standard_normal(shape: tuple, generator: torch.Generator, device, dtype) -> 
 
 
 def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
-                  device=None, dtype=DTYPE, chol: torch.Tensor | None = None) -> TokenBatch:
+                  device=None, dtype=DTYPE, chol: torch.Tensor | None = None,
+                  w_star=None, fixed: float = 0.0) -> TokenBatch:
     """Draw ``batch`` sequences of the data model (§2.1, eqs. 1-2).
 
     ``x_1..x_N, x_q ~ N(0, Lambda)`` i.i.d. (through the Cholesky factor of ``Lambda``),
     ``w ~ N(0, I_D)``, ``y_n = w^T x_n``, ``y_q = w^T x_q``, no label noise. The standard
-    Gaussians are drawn in float32 and cast (:func:`standard_normal`).
+    Gaussians are drawn in float32 and cast (:func:`standard_normal`). With ``w_star`` and
+    ``fixed = p`` the first ``round(p * batch)`` sequences take the task vector ``w_star`` instead
+    (App. G, Fig. 14); the same draws are made either way, so a seed gives the same inputs.
 
     Parameters
     ----------
@@ -150,6 +153,11 @@ def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
         Where and in which precision to build the tensors (default float64).
     chol : Tensor, optional
         A precomputed lower Cholesky factor of ``Lambda`` on ``device`` (skips validation).
+    w_star : array_like, shape (D,), optional
+        The fixed task vector of App. G.
+    fixed : float
+        The portion of the batch in ``[0, 1]`` whose task vector is ``w_star`` (needs ``w_star``
+        when positive).
 
     Returns
     -------
@@ -159,6 +167,9 @@ def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
     N = validate.integer("N", N)
     batch = validate.integer("batch", batch)
     generator = validate.generator(generator)
+    fixed = validate.probability("fixed", fixed)
+    if fixed > 0 and w_star is None:
+        raise ValueError("w_star: a positive fixed portion needs the fixed task vector w_star")
     device = torch.device(device) if device is not None else generator.device
     if chol is None:
         lam = validate_covariance(Lambda)
@@ -167,6 +178,9 @@ def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
     g = standard_normal((batch, N + 1, D), generator, device, dtype)
     xT = torch.einsum("ij,bnj->bin", chol, g)        # (B, D, N+1), columns ~ N(0, Lambda)
     w = standard_normal((batch, D), generator, device, dtype)
+    n_fixed = int(round(fixed * batch))
+    if n_fixed:
+        w[:n_fixed] = _as_param_tensor("w_star", w_star, (D,), w)
     y = (xT * w[:, :, None]).sum(1)                  # (B, N+1)
     y_q = y[:, N].clone()
     y[:, N] = 0.0                                    # the query's label slot
@@ -567,7 +581,7 @@ def next_token_population_loss(Lambda, N_max: int, M) -> np.ndarray:
 def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: int,
                      generator: torch.Generator, device=None, log_every: int = 1,
                      iterate: Callable[[Iterable, str], Iterable] | None = None,
-                     threads: int | None = 1, next_token: bool = False):
+                     threads: int | None = 1, next_token: bool = False, w_star=None, fixed: float = 0.0):
     """Online SGD on freshly sampled batches; log the population loss of ``M``.
 
     Each step draws ``batch`` new sequences (:func:`sample_tokens`), takes the loss
@@ -606,6 +620,9 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         tokens, the loss averaged over the predictions at every position
         (:func:`next_token_predictions`, context lengths ``1..N``), and the logged population loss
         :func:`next_token_population_loss` (``N`` is then ``N_max``). Linear layers only.
+    w_star, fixed
+        App. G's task prior (Fig. 14): a portion ``fixed`` of every batch has the task vector
+        ``w_star`` (:func:`sample_tokens`). The logged population loss stays that of ``w ~ N(0, I)``.
 
     Returns
     -------
@@ -619,6 +636,9 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     batch = validate.integer("batch", batch)
     log_every = validate.integer("log_every", log_every)
     generator = validate.generator(generator)
+    fixed = validate.probability("fixed", fixed)
+    if fixed > 0 and w_star is None:
+        raise ValueError("w_star: a positive fixed portion needs the fixed task vector w_star")
     several = isinstance(model, (list, tuple))
     models = list(model) if several else [model]
     if not models:
@@ -655,7 +675,7 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     with cpu_threads(threads if device.type == "cpu" else None):
         for k in loop:
             X, y_q, _ = sample_tokens(None, N, batch, generator=generator, device=device,
-                                      dtype=dtype, chol=chol)
+                                      dtype=dtype, chol=chol, w_star=w_star, fixed=fixed)
             if next_token:                                  # every label, the query's included
                 X[:, -1, -1] = y_q
                 targets = X[:, -1, 1:]
