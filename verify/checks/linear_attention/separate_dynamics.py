@@ -135,6 +135,11 @@ RANK_LEVEL_RTOL = 1e-4
                "linear_attention.separate.conspicuous_plateau_loss",
                "linear_attention.separate.rank_fixed_point_matrix"],
        method="exact_flow",
+       refutes={"Zhang et al. 2025, Fig. 11 caption ('for m that divides R')":
+                "The caption says a new value weight grows when the loss drops from L(M_m) to L(M_{m+1}) 'for m "
+                "that divides R'. The flows grow one at m a multiple of R (m = 0, R, 2R, ...: R divides m), as §5 "
+                "says ('conspicuous plateaus' at L(M_{jR})); read literally (m >= 1 dividing R) the caption would "
+                "grow one at m = 1 for every R and at m = 1, 2 for R = 4, and that classification is rejected."},
        title="Rank-R ATTN_S (R = 1, 2, 3, 4, H = ceil(D/R), D = 4, Fig.-1 spectrum, N = 31, eq.-36 start, "
              "w_init = 1e-3 and 1e-4): plateaus at m a multiple of R scale like 1/w_init, the others "
              "vanish against them; levels L(M_{jR}) with M = M_{jR}",
