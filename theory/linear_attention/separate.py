@@ -373,6 +373,20 @@ def printed_escape_time():
 
 
 @cache
+def derive_plateau_duration():
+    """Eq. 76: the blow-up time of tau dv/dt = lambda_m^2 v^2 (eq. 75) from v(t_{m-1}) = v, i.e. the escape
+    time's derivation started at the previous drop."""
+    return derive_escape_time().xreplace({_sym("w_init"): _sym("v")})
+
+
+def printed_plateau_duration():
+    """Eq. 76 as printed: t_{m+1} - t_m ~ tau / (lambda_{m+1}^2 v_{m+1}(t_m)) (here m + 1 -> m)."""
+    import sympy as sp
+
+    return _sym("tau") / (sp.Trace(_sym("E_m") * variables().Lam) ** 2 * _sym("v"))
+
+
+@cache
 def derive_ansatz_value_weight():
     """v* of eq. 20a: the nonzero root of the scalar ODE (eq. 21) with a = a(lambda) (eq. 32)."""
     import sympy as sp
@@ -605,6 +619,24 @@ register(ClosedForm(
     derived_names=("E_m",),
     doc="tau/(lambda_m^2 w_init), from the v^2 term of eq. 21 alone; under the ansatz every head "
         "grows from t = 0, so eq. 76 reduces to this. The leading order does not depend on N.",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.plateau_duration",
+    title="Duration of the plateau before the m-th drop from the value weight at the previous drop (eq. 76)",
+    source="eqs. 75-76",
+    status="approximate",
+    params=(LAMBDA, M_DROP, TAU,
+            positive("v", "|v_m(t_{m-1})|: the value weight of the head that learns e_m when drop m - 1 happens.")),
+    derive=derive_plateau_duration,
+    printed=printed_plateau_duration,
+    domain=m_at_most_D,
+    derived=lambda values, dims, backend="numpy": {"E_m": projector(values["Lambda"], [values["m"]], backend)},
+    derived_names=("E_m",),
+    doc="t_m - t_{m-1} ~ tau/(lambda_m^2 v_m(t_{m-1})): eq. 75 (the v^2 term of eq. 21 for the head learning "
+        "e_m, aligned and balanced) integrated to its blow-up from the previous drop. From the paper's Gaussian "
+        "start the head is neither at t_{m-1}: the ratio to the exact flow is a draw-dependent constant "
+        "(linear_attention.alignment.flow_plateau_durations).",
 ))
 
 # -- rank R (§5, App. F.3-F.4) ----------------------------------------------------------
