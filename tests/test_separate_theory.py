@@ -217,3 +217,28 @@ def test_mpmath_projector_records_are_high_precision():
         g = theory.get("linear_attention.separate.fixed_point_gradient")("mpmath", Lambda=L3, S=[1, 2, 3], N=5)
         scale = mpmath.mpf(float(np.abs(L3 @ L3).max()))
         assert max(abs(x) for x in g) < scale * mpmath.mpf(10) ** -45
+
+
+def test_min_norm_cost_is_three_alpha_two_thirds_and_the_lemma_weights_reach_it():
+    from theory.linear_attention import sym
+
+    alpha = sym("alpha")
+    assert sp.simplify(separate.derive_min_norm_cost() - 3 * alpha ** sp.Rational(2, 3)) == 0
+    cost = theory.get("linear_attention.separate.min_norm_cost")
+    a = 0.37
+    v = a ** (1 / 3)                      # k = q = v e: v k q^T = v^3 e e^T
+    assert np.isclose(float(cost(alpha=a)), 3 * v**2, rtol=1e-14)
+    # any other split of v k q = alpha costs more (AM-GM)
+    for v2, k2 in ((0.5, 0.9), (1.2, 0.4)):
+        q2 = a / (v2 * k2)
+        assert v2**2 + k2**2 + q2**2 > float(cost(alpha=a))
+
+
+def test_plateau_duration_is_the_escape_time_from_the_previous_drop():
+    lam = np.diag([0.4, 0.3, 0.2, 0.1])
+    dur = theory.get("linear_attention.separate.plateau_duration")
+    esc = theory.get("linear_attention.separate.escape_time")
+    for m in (1, 3):
+        assert np.isclose(float(dur(Lambda=lam, m=m, tau=2.0, v=0.01)),
+                          float(esc(Lambda=lam, N=31, m=m, tau=2.0, w_init=0.01)), rtol=1e-14)
+        assert np.isclose(float(dur(Lambda=lam, m=m, tau=1.0, v=0.01)), 1 / (lam[m - 1, m - 1] ** 2 * 0.01))

@@ -42,7 +42,7 @@ from verify.jsonable import to_jsonable
 __all__ = ["Check", "CheckResult", "Context", "Control", "Outcome", "check", "all_checks", "aliases",
            "get_check", "run_check", "METHODS", "PROFILES"]
 
-METHODS = ("monte_carlo", "exact_flow", "torch", "symbolic", "high_precision")
+METHODS = ("monte_carlo", "exact_flow", "torch", "symbolic", "high_precision", "optimization")
 PROFILES = ("quick", "full")
 
 _CHECKS: dict[str, "Check"] = {}

@@ -27,9 +27,9 @@ an eigendecomposition of Lambda (float64) and passed to the emitted functions.
 Contains
 --------
 ``linear_attention.separate.fixed_point_matrix``, ``.fixed_point_gradient``, ``.subset_loss``, ``.saddle_loss``,
-``.drop_size``, ``.scalar_ode_rhs``, ``.scalar_ode_time``, ``.ansatz_value_weight``,
-``.pcr_limit_matrix``, ``.escape_time``, ``.rank_fixed_point_matrix`` (rank R, eqs. 84-87),
-``.conspicuous_plateau_loss`` (rank R, §5, heuristic). The next-token saddles (eq. 26) are
+``.drop_size``, ``.scalar_ode_rhs``, ``.scalar_ode_time``, ``.ansatz_value_weight``, ``.min_norm_cost``,
+``.pcr_limit_matrix``, ``.escape_time``, ``.plateau_duration`` (eq. 76), ``.rank_fixed_point_matrix``
+(rank R, eqs. 84-87), ``.conspicuous_plateau_loss`` (rank R, §5, heuristic). The next-token saddles (eq. 26) are
 ``linear_attention.ntp.saddle_loss`` (:mod:`theory.linear_attention.ntp`).
 """
 
@@ -400,6 +400,19 @@ def derive_ansatz_value_weight():
     return root.xreplace({a: spectral_image(derive_lambda_hat_sq())})
 
 
+@cache
+def derive_min_norm_cost():
+    """App. E.7 (eqs. 77-80) on one eigen-direction of A: minimise v^2 + k^2 + q^2 subject to v k q = alpha by
+    Lagrange (eq. 77 with scalars): the positive stationary point is v = k = q = alpha^{1/3}, cost 3 alpha^{2/3}."""
+    import sympy as sp
+
+    alpha = _sym("alpha")
+    v, k, q, mult = sp.symbols("v_h k_h q_h M_h", positive=True)
+    lagr = (v**2 + k**2 + q**2) / 2 + mult * (alpha - v * k * q)
+    (sol,) = sp.solve([lagr.diff(x) for x in (v, k, q, mult)], [v, k, q, mult], dict=True)
+    return sp.simplify((v**2 + k**2 + q**2).xreplace(sol))
+
+
 def stable_ansatz_value_weight():
     """v* = (N / (lambda (N + 1) + tr Lambda))^{1/3} (lambda cancels from the derived root
     lambda^{1/3} (lambda^2 (N+1)/N + lambda tr Lambda/N)^{-1/3}), written with halves:
@@ -589,6 +602,18 @@ register(ClosedForm(
     printed=printed_ansatz_value_weight,
     doc="k = q = v* e_d with v* = (lambda_d/a_d)^{1/3}: the nonzero root of eq. 21 and the "
         "minimum-l2-norm factorisation of the fixed point (total cost 3 sum_d (lambda_d/a_d)^{2/3}).",
+))
+
+register(ClosedForm(
+    id="linear_attention.separate.min_norm_cost",
+    title="Minimum l2 cost of one eigen-direction alpha of A in sum_i v_i k_i q_i^T = A (App. E.7)",
+    source="App. E.7, eqs. 77-81",
+    status="exact",
+    params=(positive("alpha", "A nonzero eigenvalue of the PSD matrix A."),),
+    derive=derive_min_norm_cost,
+    doc="3 alpha^{2/3}: the lemma says min sum_i (v_i^2 + |k_i|^2 + |q_i|^2) over sum_i v_i k_i q_i^T = A is "
+        "the sum of this over the eigenvalues of A, reached with rank(A) heads k_i = q_i = v_i e_i, "
+        "v_i = alpha_i^{1/3}, and the other heads zero.",
 ))
 
 register(ClosedForm(
