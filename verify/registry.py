@@ -222,6 +222,9 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
           aliases: Iterable[str] = (), settings: Iterable = ()):
     """Decorator registering a check function ``f(ctx) -> Outcome``.
 
+    ``method``: one of :data:`METHODS`: Monte Carlo, the exact gradient flow, torch training, symbolic
+    identities, high-precision evaluation, or ``optimization`` (a numerical search for an extremum a
+    closed form claims, e.g. App. E.7's minimum-norm lemma).
     ``decides``: erratum records (a subset of ``covers``) whose printed form this check puts
     to the test against the derived one: one of its negative controls is the printed form,
     so the check passing means the numbers side with the derivation.
