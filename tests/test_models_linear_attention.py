@@ -10,6 +10,7 @@ from verify.models.linear_attention import (  # noqa: E402
     MergedLinearAttention,
     cubic_features,
     sample_tokens,
+    sgd_step,
     train_online_sgd,
 )
 
@@ -271,6 +272,29 @@ def test_train_online_sgd_side_by_side_is_each_run_alone():
                          LAM3, N, eta=0.01, steps=1, batch=4, generator=gen(1))
     with pytest.raises(ValueError, match="^model"):
         train_online_sgd([], LAM3, N, eta=0.01, steps=1, batch=4, generator=gen(1))
+
+
+def test_sgd_step_is_torch_sgd_bit_for_bit():
+    # the training loop's update is torch.optim.SGD's, to the last bit, in both precisions; a tensor
+    # without a gradient is left alone
+    for dtype in (torch.float64, torch.float32):
+        runs = []
+        for fused in (False, True):
+            m = MergedLinearAttention(3, 2, 5, dtype=dtype).init_(gen(12), 0.5)
+            params = list(m.parameters())
+            opt = torch.optim.SGD(params, lr=0.37)
+            g = gen(3)
+            for _ in range(4):
+                X, y_q, _ = sample_tokens(LAM3, 5, 16, generator=g, dtype=dtype)
+                for p in params:
+                    p.grad = None
+                torch.mean((y_q - m.predict(X)) ** 2).backward()
+                sgd_step(params, 0.37) if fused else opt.step()
+            runs.append([p.detach().clone() for p in params])
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
+    t = torch.ones(3, requires_grad=True)
+    sgd_step([t], 1.0)
+    assert torch.equal(t.detach(), torch.ones(3))
 
 
 def test_train_online_sgd_validation():

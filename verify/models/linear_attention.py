@@ -52,8 +52,8 @@ from torch import nn
 from .. import validate
 
 __all__ = ["MergedLinearAttention", "CubicFeatureMLP", "TokenBatch", "TrainResult", "next_token_predictions",
-           "next_token_population_loss", "cpu_threads", "cubic_features", "sample_tokens", "standard_normal",
-           "train_online_sgd", "benchmark_steps", "validate_covariance"]
+           "next_token_population_loss", "cpu_threads", "cubic_features", "sample_tokens", "sgd_step",
+           "standard_normal", "train_online_sgd", "benchmark_steps", "validate_covariance"]
 
 DTYPE = torch.float64
 
@@ -586,7 +586,7 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
 
     Each step draws ``batch`` new sequences (:func:`sample_tokens`), takes the loss
     ``mean (y_q - yhat)^2`` (the paper's ``L`` without a factor 1/2) and makes one
-    ``torch.optim.SGD(lr=eta)`` step. A step is an Euler step of ``tau dW/dt = -1/2
+    ``torch.optim.SGD(lr=eta)`` step (:func:`sgd_step`). A step is an Euler step of ``tau dW/dt = -1/2
     dL/dW`` of size ``dt / tau = 2 eta``, so step k is at ``t / tau = 2 eta k``.
 
     Parameters
@@ -664,7 +664,7 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
     loss_cf = theory.get("linear_attention.merged.loss")
     logs = [_RunLog(m, max(1, (steps // log_every) // WEIGHT_SNAPSHOTS)) for m in models]
-    opts = [torch.optim.SGD(m.parameters(), lr=eta) for m in models]
+    params = [[p for p in m.parameters() if p.requires_grad] for m in models]
 
     t0 = time.perf_counter()
     for lg in logs:
@@ -679,20 +679,32 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
             if next_token:                                  # every label, the query's included
                 X[:, -1, -1] = y_q
                 targets = X[:, -1, 1:]
-            for m, opt, lg in zip(models, opts, logs):
-                opt.zero_grad(set_to_none=True)
+            for m, ps, lg in zip(models, params, logs):
+                for p in ps:
+                    p.grad = None
                 if next_token:
                     loss = torch.mean((targets - next_token_predictions(m, X)) ** 2)
                 else:
                     loss = torch.mean((y_q - m.predict(X)) ** 2)
                 loss.backward()
-                opt.step()
+                sgd_step(ps, eta)
                 if k % log_every == 0 or k == steps:
                     lg.log(k, float(loss.detach()))
     seconds = time.perf_counter() - t0
     population = (lambda Lambda, N, M: next_token_population_loss(Lambda, N, M)) if next_token else loss_cf
     out = [lg.result(population, lam, N, eta, batch, seconds) for lg in logs]
     return out if several else out[0]
+
+
+def sgd_step(params: list, eta: float) -> None:
+    """``p <- p - eta * p.grad`` for every tensor of ``params`` that has a gradient: the update of
+    ``torch.optim.SGD(lr=eta)`` (no momentum, no weight decay), the same values to the last bit,
+    as one fused call without the optimizer's per-step bookkeeping (about 0.15 ms a step on a
+    CPU, a tenth of a small layer's step)."""
+    live = [p for p in params if p.grad is not None]
+    if live:
+        with torch.no_grad():
+            torch._foreach_add_(live, [p.grad for p in live], alpha=-eta)
 
 
 class _RunLog:
@@ -704,10 +716,11 @@ class _RunLog:
         self.weights = {} if hasattr(model, "flow_weights") else None
         self.has_blocks = hasattr(model, "zero_block_norms")
 
+    @torch.no_grad()
     def log(self, k: int, batch_loss: float) -> None:
         self.step.append(k)
         self.batch_loss.append(batch_loss)
-        self.M.append(self.model.effective_matrix().detach().cpu().numpy().astype(np.float64))
+        self.M.append(self.model.effective_matrix().cpu().numpy().astype(np.float64))
         if self.weights is not None and (len(self.step) - 1) % self.keep_every == 0:
             self.weights[len(self.step) - 1] = self.model.flow_weights()
         if self.has_blocks:
