@@ -38,7 +38,10 @@ Measures
    that compiles it).
 8. with ``--quick-profile``: the wall time of ``python -m verify all`` (quick profile, seed 0)
    run serially and with ``--workers 2`` (each in a fresh interpreter, a fresh report folder),
-   and their ratio; with ``--quick-profile --seeds N``, the same for seeds ``0..N-1``.
+   and their ratio; with ``--quick-profile --seeds N``, the same for seeds ``0..N-1``;
+   ``--only-quick-profile`` times that alone; ``--write-timings`` also writes the serial run's
+   seconds per check to ``verify/timings.json``, the order in which a first Dask run starts its
+   tasks (longest first; :func:`verify.execute.task_priority`).
 9. a cold ``python -m theory eval`` of a record with the derivation cache warm and with it off;
 10. ``linear_attention.merged.sigma`` on a grid of 10^4 times: one call on the array against a
     loop of calls;
@@ -363,8 +366,10 @@ def _duration(sec: float) -> str:
     return f"{sec:.3g} s" if sec < 600 else f"{sec:.3g} s ({sec / 3600:.2g} h)"
 
 
-def bench_quick_profile(seeds: int = 1) -> dict:
-    """Wall times of the quick profile, serially and on --workers 2 (fresh interpreters)."""
+def bench_quick_profile(seeds: int = 1, write_timings: bool = False) -> dict:
+    """Wall times of the quick profile, serially and on --workers 2 (fresh interpreters, fresh report
+    folders). ``write_timings``: the serial run's seconds per check (seed 0) become
+    ``verify/timings.json``, what a first Dask run orders its tasks by (:func:`write_timings`)."""
     import subprocess
     import tempfile
 
@@ -377,8 +382,32 @@ def bench_quick_profile(seeds: int = 1) -> dict:
                                    f"{tmp}/r", *extra], capture_output=True, text=True)
             out[label] = time.perf_counter() - t0
             out[f"{label}_summary"] = (proc.stdout.strip().splitlines() or [""])[-1]
+            if write_timings and label == "serial":
+                out["timings_written"] = write_timings_from(Path(tmp) / "r" / "results.json")
     out["ratio"] = out["workers_2"] / out["serial"]
     return out
+
+
+def write_timings_from(results_json: Path) -> str:
+    """Write ``verify/timings.json`` (atomically) from a quick-profile report's ``results.json``: each
+    check's seconds at seed 0, rounded to 0.1 s. Returns the path written."""
+    data = json.loads(Path(results_json).read_text())
+    if data["metadata"].get("profile") != "quick":
+        raise ValueError(f"results_json: expected a quick-profile report, got {data['metadata'].get('profile')!r}")
+    from verify.registry import all_checks
+
+    # the toolkit's own topics (verify/checks/<topic>/), not a plug-in's
+    own = {c.id for c in all_checks() if (ROOT / "verify" / "checks" / c.id.split(".")[0]).is_dir()}
+    seconds = {r["id"]: round(float(r["seconds"]), 1) for r in data["results"]
+               if r.get("seed", 0) == 0 and r["id"] in own}
+    target = ROOT / "verify" / "timings.json"
+    doc = {"about": "seconds of each check in a serial quick-profile run (seed 0) on a 2-core machine, written "
+                    "by benchmarks/bench.py --write-timings: the order of a first Dask run (longest first)",
+           "seconds": dict(sorted(seconds.items()))}
+    tmp = target.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, target)
+    return str(target.relative_to(ROOT))
 
 
 #: The grid of :func:`bench_grid`: eq. 10's sigma(t) of the merged model at this many times t.
@@ -470,6 +499,11 @@ def main(argv=None) -> int:
     parser.add_argument("--quick-profile", action="store_true",
                         help="time python -m verify all serially and on --workers 2 (minutes)")
     parser.add_argument("--seeds", type=int, default=1, help="with --quick-profile: seeds 0..N-1")
+    parser.add_argument("--only-quick-profile", action="store_true",
+                        help="time the quick profile (as --quick-profile) and nothing else")
+    parser.add_argument("--write-timings", action="store_true",
+                        help="with a quick-profile timing: write the serial run's seconds per check to "
+                             "verify/timings.json (the order of a first Dask run)")
     parser.add_argument("--blas-threads", type=int, default=1,
                         help="BLAS threads for the numpy timings (default 1: algorithmic scaling, "
                              "not the thread pool's behaviour on a shared machine)")
@@ -490,6 +524,14 @@ def main(argv=None) -> int:
     import numpy
     np = numpy
 
+    if args.only_quick_profile:
+        qp = bench_quick_profile(args.seeds, args.write_timings)
+        if args.json:
+            print(json.dumps({"blas_threads": args.blas_threads, "quick_profile": qp}, indent=2))
+        else:
+            for name, value in _quick_profile_rows(qp):
+                print(f"{name}  {value}")
+        return 0
     res = {
         "blas_threads": args.blas_threads,
         "import_theory": bench_import(args.repeat),
@@ -505,7 +547,8 @@ def main(argv=None) -> int:
         "cold_eval": bench_cold_eval(),
         "grid": bench_grid(),
         "stack": bench_stack(),
-        "quick_profile": bench_quick_profile(args.seeds) if args.quick_profile else None,
+        "quick_profile": (bench_quick_profile(args.seeds, args.write_timings)
+                          if args.quick_profile or args.write_timings else None),
     }
     if args.json:
         print(json.dumps(res, indent=2))
@@ -576,16 +619,22 @@ def main(argv=None) -> int:
     st = res["stack"]
     rows.append((f"separate.saddle_loss over {st['covariances']} covariances: one call on the stack / a loop",
                  f"{st['stack_per_second']:.3g} / {st['loop_per_second']:.3g} per s"))
-    qp = res["quick_profile"]
-    if qp is not None:
-        head = f"python -m verify all, quick profile, {qp['seeds']} seed(s)"
-        rows.append((f"{head}: serial", f"{qp['serial']:.1f} s ({qp['serial_summary']})"))
-        rows.append((f"{head}: --workers 2", f"{qp['workers_2']:.1f} s ({qp['workers_2_summary']})"))
-        rows.append((f"{head}: --workers 2 / serial", f"{qp['ratio']:.2f}"))
+    if res["quick_profile"] is not None:
+        rows += _quick_profile_rows(res["quick_profile"])
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
     return 0 if fr["exponent_ok"] and fs_["exponent_ok"] else 1
+
+
+def _quick_profile_rows(qp: dict) -> list[tuple[str, str]]:
+    head = f"python -m verify all, quick profile, {qp['seeds']} seed(s)"
+    rows = [(f"{head}: serial", f"{qp['serial']:.1f} s ({qp['serial_summary']})"),
+            (f"{head}: --workers 2", f"{qp['workers_2']:.1f} s ({qp['workers_2_summary']})"),
+            (f"{head}: --workers 2 / serial", f"{qp['ratio']:.3f}")]
+    if "timings_written" in qp:
+        rows.append(("per-check seconds written to", qp["timings_written"]))
+    return rows
 
 
 if __name__ == "__main__":

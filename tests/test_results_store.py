@@ -46,6 +46,21 @@ def test_put_get_roundtrip_and_table(tmp_path):
     assert list(df["ratio"]) == [0.5, 2.0] and list(df["setting.N"]) == [31, 31]
 
 
+def test_tasks_are_ordered_by_the_store_then_the_shipped_timings_then_the_method():
+    # the longest first: this machine's past runs (the store) win over the shipped quick-profile
+    # timings, which win over the guess by method
+    from verify.registry import all_checks
+
+    shipped = ex.expected_seconds()
+    ids = {c.id for c in all_checks()}
+    assert shipped and set(shipped) <= ids, "stale ids in verify/timings.json: bench.py --write-timings"
+    assert all(s >= 0 for s in shipped.values())
+    known = max(shipped, key=shipped.get)
+    assert ex.task_priority(known, "symbolic", {}) == round(10 * shipped[known])
+    assert ex.task_priority(known, "symbolic", {known: 0.04}) == 0
+    assert ex.task_priority("not.a.check", "torch", {}) > ex.task_priority("not.a.check", "symbolic", {})
+
+
 def test_bad_stores_are_refused(tmp_path):
     junk = tmp_path / "junk.sqlite"
     junk.write_text("not a database " * 100)

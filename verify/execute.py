@@ -22,13 +22,14 @@ seed, profile, device, toolkit commit) is there, and runs only the rest.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .registry import CheckResult
 
-__all__ = ["Task", "execute", "run_task", "skipped_result", "Interrupted"]
+__all__ = ["Task", "execute", "run_task", "skipped_result", "Interrupted", "expected_seconds", "task_priority"]
 
 #: Environment variables that cap BLAS / OpenMP threads in a worker process.
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -215,9 +216,38 @@ def _quiet_drawer() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-#: Seconds a check of each method takes in the quick profile, roughly, when the store has no record
-#: of it: the order in which Dask starts tasks (longest first).
+#: Seconds a check of each method takes in the quick profile, roughly, for a check neither the store
+#: nor :data:`TIMINGS` knows: the order in which Dask starts tasks (longest first).
 _GUESS = {"torch": 10.0, "monte_carlo": 3.0, "exact_flow": 2.0, "high_precision": 2.0, "symbolic": 1.0}
+
+#: The seconds each check took in a serial run of the quick profile (seed 0, a 2-core machine), shipped
+#: with the package and written by ``benchmarks/bench.py --write-timings``: what a first run on Dask,
+#: with nothing in its store yet, orders its tasks by.
+TIMINGS = "timings.json"
+
+
+@functools.cache
+def expected_seconds() -> dict[str, float]:
+    """check id -> seconds, from :data:`TIMINGS` (empty if the file is missing or unreadable; read
+    once: do not modify the mapping)."""
+    import json
+    from importlib import resources
+
+    try:
+        data = json.loads(resources.files(__package__).joinpath(TIMINGS).read_text())
+        return {str(k): float(v) for k, v in data["seconds"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def task_priority(check_id: str, method: str, estimates: dict[str, float]) -> int:
+    """Dask priority of a task (higher starts first): its expected tenths of a second, from the
+    store's ``estimates`` (this machine's past runs), else :data:`TIMINGS`, else the method's guess.
+    Starting the longest first keeps a long task from running alone at the end."""
+    seconds = estimates.get(check_id)
+    if seconds is None:
+        seconds = expected_seconds().get(check_id, _GUESS.get(method, 1.0))
+    return int(round(10.0 * seconds))
 
 
 def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, retries, threads,
@@ -261,7 +291,7 @@ def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, r
             # the longest tasks first (a long task started last leaves the other workers idle)
             fut = client.submit(run_task, task, threads, None, draw, key=task.name, pure=False, retries=retries,
                                 resources={"GPU": 1} if gpu else None,
-                                priority=int(estimates.get(task.check_id, _GUESS.get(method, 1.0))))
+                                priority=task_priority(task.check_id, method, estimates))
             futures[fut] = i
         for fut in as_completed(futures):
             i = futures[fut]
