@@ -378,3 +378,14 @@ if nn is not None:
                 rec_steps.append(s + 1)
                 cs.append(classes.attention(model.logit_matrices()[1]))
         return {"steps": np.array(rec_steps), "loss": np.array(losses), "c": np.array(cs)}
+
+else:  # without torch the names still import (so the checks register); using them says what is missing
+
+    _NEEDS_TORCH = "needs torch: pip install 'attention-dynamics-theory[torch]'"
+
+    class OneLayerTransformer:  # noqa: D101 (the torch class above documents it)
+        def __init__(self, *args, **kwargs):
+            raise ImportError(f"OneLayerTransformer {_NEEDS_TORCH}")
+
+    def train_transformer(*args, **kwargs):  # noqa: D103
+        raise ImportError(f"train_transformer {_NEEDS_TORCH}")
