@@ -21,6 +21,10 @@ eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
     ``--backend mpmath`` the value is computed at ``--dps`` significant digits and printed
     as strings of that precision; the JSON numbers are then read as the decimals they spell
     (``0.1`` is 1/10 to ``--dps`` digits, not the float64 nearest to it).
+cite ID
+    The BibTeX entry of the paper the closed form ``ID`` comes from (``ID`` may also be a topic,
+    e.g. ``linear_attention``), with its arXiv identifier and address; :func:`theory.bibtex` in
+    Python. The toolkit itself is cited from ``CITATION.cff`` in its repository.
 cache info | cache clear
     Where the cache of emitted functions is (:mod:`theory.cache`: a later process loads a
     record's numeric function from it instead of deriving and emitting again), whether it is
@@ -47,6 +51,7 @@ Examples
     python -m theory list --json
     python -m theory --version
     python -m theory cache info
+    python -m theory cite linear_attention.merged.sigma
     python -m theory show linear_attention.data.lambda_hat_sq
     python -m theory eval linear_attention.data.lambda_hat_sq --json '{"Lambda": [1, 0.5], "N": 5}'
     python -m theory eval linear_attention.data.yq_sq --json '{"Lambda": [1, 0.5]}' \\
@@ -144,6 +149,11 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("id", metavar="ID", help="closed-form id (see 'list')")
     show.add_argument("--no-compare", action="store_true",
                       help="skip the symbolic comparison of the printed and derived forms")
+
+    ci = sub.add_parser("cite", help="print the BibTeX entry of the paper a closed form comes from",
+                        description="Print the BibTeX entry of the paper the closed form ID (or topic ID) "
+                                    "comes from.")
+    ci.add_argument("id", metavar="ID", help="closed-form id (see 'list') or topic, e.g. linear_attention")
 
     ev = sub.add_parser(
         "eval", help="evaluate one closed form at parameters given as JSON",
@@ -289,6 +299,9 @@ def _cmd_show(args, out) -> int:
     print("=" * len(cf.id), file=out)
     print(cf.title, file=out)
     print(f"\nsource: {cf.citation}", file=out)
+    link = theory.paper_of(cf.id).link
+    if link:
+        print(f"paper:  {link} (python -m theory cite {cf.id})", file=out)
     print(f"status: {cf.status}", file=out)
     print(f"output: {cf.output}", file=out)
     print(f"defined in: {defined_in(cf)}", file=out)
@@ -468,7 +481,16 @@ def _mp_str(v, dps: int) -> str:
 
 
 # -- main ---------------------------------------------------------------------------
-_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "eval": _cmd_eval, "cache": _cmd_cache}
+def _cmd_cite(args, out) -> int:
+    import theory
+
+    if args.id not in theory.PAPERS:
+        theory.get(args.id)  # an unknown id: ValueError naming it, with the closest ids
+    print(theory.bibtex(args.id), file=out)
+    return 0
+
+
+_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "eval": _cmd_eval, "cite": _cmd_cite, "cache": _cmd_cache}
 
 
 def main(argv: list[str] | None = None) -> int:

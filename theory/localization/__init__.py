@@ -32,7 +32,9 @@ from ..symbols import Symbols
 
 #: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
 PAPER = Paper(authors=("Bao", "Hataya", "Karakida"), year=2024,
-              title="Self-attention Networks Localize When QK-eigenspectrum Concentrates", venue="ICML 2024")
+              title="Self-attention Networks Localize When QK-eigenspectrum Concentrates", venue="ICML 2024",
+              arxiv="2402.02098", names=("Bao, Han", "Hataya, Ryuichiro", "Karakida, Ryo"),
+              booktitle="Proceedings of the 41st International Conference on Machine Learning (PMLR 235)")
 
 #: The symbols of this paper: Sigma and the query/key matrices are D x D, mu and a_vec columns;
 #: T, d, i are counts and positions; xi and tr(W) may be negative.

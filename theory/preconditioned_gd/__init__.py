@@ -26,7 +26,9 @@ from ..symbols import Symbols
 #: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
 PAPER = Paper(authors=("Ahn", "Cheng", "Daneshmand", "Sra"), year=2023,
               title="Transformers learn to implement preconditioned gradient descent for in-context learning",
-              venue="NeurIPS 2023")
+              venue="NeurIPS 2023", arxiv="2306.00297",
+              names=("Ahn, Kwangjun", "Cheng, Xiang", "Daneshmand, Hadi", "Sra, Suvrit"),
+              booktitle="Advances in Neural Information Processing Systems 36 (NeurIPS 2023)")
 
 #: The symbols of this paper: Sigma (and Lambda, M, A, P of the merged-model correspondence) are
 #: D x D; L, R, d, n, s are counts; the step sizes a_l, b_l, c_l are real of either sign.

@@ -22,7 +22,9 @@ from ..symbols import Symbols
 #: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
 PAPER = Paper(authors=("Tian", "Wang", "Chen", "Du"), year=2023,
               title="Scan and Snap: Understanding Training Dynamics and Token Composition in 1-layer Transformer",
-              venue="NeurIPS 2023")
+              venue="NeurIPS 2023", arxiv="2305.16380",
+              names=("Tian, Yuandong", "Wang, Yiping", "Chen, Beidi", "Du, Simon S."),
+              booktitle="Advances in Neural Information Processing Systems 36 (NeurIPS 2023)")
 
 #: The symbols of this paper: M is the vocabulary size (an integer, not a matrix), K and s are
 #: counts (s from 0), time t, h and dz are nonnegative; every other name is a positive real.
