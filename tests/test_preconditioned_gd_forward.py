@@ -159,3 +159,13 @@ def test_records_match_the_forward_pass_on_one_prompt():
     tf = -forward(Z0, *general_layers(A, B))[0, d, n]
     R = theory.get(RES)(S=pr.S[0], A_0=A[0], A_1=A[1], A_2=A[2], B_0=B[0], B_1=B[1])
     assert pr.query[0] @ R @ pr.w[0] == pytest.approx(pr.target[0] - tf, rel=1e-12)
+
+
+@pytest.mark.parametrize("bad", [np.eye(2), np.eye(2)[None]])
+def test_a_mismatched_dimension_names_the_odd_parameter(bad):
+    """The dimension most sized parameters share is fixed first, so the error names S, not A_0."""
+    eye = np.eye(3)
+    with pytest.raises(ValueError, match=r"^S: dimension 2 does not match D = 3"):
+        theory.get(RES)(S=bad, A_0=eye, A_1=eye, A_2=eye, B_0=eye, B_1=eye)
+    with pytest.raises(ValueError, match=r"^A_1: dimension 2 does not match D = 3"):
+        theory.get(RES)(S=eye, A_0=eye, A_1=np.eye(2), A_2=eye, B_0=eye, B_1=eye)
