@@ -525,6 +525,8 @@ def _dimension(p, value):
         shape = np.shape(value)
     except (TypeError, ValueError):
         return None
+    if p.kind == "vector" and len(shape) == 2 and 1 in shape:  # a column or a row
+        return max(shape)
     return shape[-1] if shape else None
 
 
