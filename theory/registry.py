@@ -271,7 +271,10 @@ class ClosedForm:
             raise ValueError(f"{extra[0]}: unknown parameter of {self.id} "
                              f"(expects {', '.join(names)})")
         dims: dict = {}
-        order = sorted(self.params, key=lambda p: p.kind != "covariance")
+        common = _common_dimension(self.params, kwargs)
+        # a covariance first, then the parameters of the dimension most of them share: a mismatch
+        # is reported on the odd one out (e.g. a 2 x 2 S among 3 x 3 layer matrices names S)
+        order = sorted(self.params, key=lambda p: (p.kind != "covariance", _dimension(p, kwargs[p.name]) != common))
         exact = None
         if backend == "mpmath":
             pairs = {p.name: p.validate_exact(kwargs[p.name], dims) for p in order}
@@ -506,6 +509,37 @@ class ClosedForm:
 
     def __repr__(self) -> str:
         return f"<ClosedForm {self.id} ({self.source}; {self.status})>"
+
+
+_SIZED_KINDS = ("covariance", "matrix", "vector")
+
+
+def _dimension(p, value):
+    """The dimension a sized parameter's value appears to have (its last axis; a list of eigenvalues
+    for a covariance, a vector's length), or None where it cannot be read (the validation then says why)."""
+    if p.kind not in _SIZED_KINDS or value is None or isinstance(value, (str, bytes, dict, bool)):
+        return None
+    import numpy as np
+
+    try:
+        shape = np.shape(value)
+    except (TypeError, ValueError):
+        return None
+    if p.kind == "vector" and len(shape) == 2 and 1 in shape:  # a column or a row
+        return max(shape)
+    return shape[-1] if shape else None
+
+
+def _common_dimension(params, kwargs: dict):
+    """The dimension shared by the most sized parameters (ties: the first declared), or None."""
+    from collections import Counter
+
+    dims = [d for d in (_dimension(p, kwargs[p.name]) for p in params) if d is not None]
+    if not dims:
+        return None
+    counts = Counter(dims)
+    best = max(counts.values())
+    return next(d for d in dims if counts[d] == best)
 
 
 def _stacked_names(params, kwargs: dict) -> list[str]:

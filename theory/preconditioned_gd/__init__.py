@@ -4,6 +4,9 @@ Modules
 -------
 Every module here is imported by the registry on first use (see :mod:`theory.papers`).
 
+:mod:`~theory.preconditioned_gd.forward`
+    Forward-pass identities in moment form: eq. 13, the single-layer loss of any (P, Q) (eqs.
+    14-15), the label row and the context covariance through L layers (Lemmas 5-6, eqs. 25, 34, 57).
 :mod:`~theory.preconditioned_gd.gdpp`
     GD++: the general (full) layers of eq. 11 on the set of Theorem 4 (Ahn, Cheng, Daneshmand,
     Sra 2023, §5, Theorem 4, App. B.3).
@@ -31,8 +34,11 @@ PAPER = Paper(authors=("Ahn", "Cheng", "Daneshmand", "Sra"), year=2023,
               booktitle="Advances in Neural Information Processing Systems 36 (NeurIPS 2023)")
 
 #: The symbols of this paper: Sigma (and Lambda, M, A, P of the merged-model correspondence) are
-#: D x D; L, R, d, n, s are counts; the step sizes a_l, b_l, c_l are real of either sign.
-SYMBOLS = Symbols(matrices=("Lambda", "Sigma", "M", "A", "P"), integers=("L", "R", "d", "n", "s"),
-                  nonnegative=("t",), reals=tuple(f"{x}_{l}" for x in "abc" for l in range(8)))
+#: D x D; L, R, d, n, s are counts; the step sizes a_l, b_l, c_l are real of either sign. The
+#: forward identities (:mod:`.forward`): the context covariance S, the layer blocks A_x, A_l, B, B_l
+#: (D x D), the prompt's w, x_q and the blocks b_x, a_y (columns), the label-label entry b_y (real).
+SYMBOLS = Symbols(matrices=("Lambda", "Sigma", "M", "A", "P", "S", "A_x", "B", "A_0", "A_1", "A_2", "B_0", "B_1"),
+                  vectors=("w", "x_q", "b_x", "a_y"), integers=("L", "R", "d", "n", "s"),
+                  nonnegative=("t",), reals=("b_y",) + tuple(f"{x}_{l}" for x in "abc" for l in range(8)))
 #: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).
 sym = SYMBOLS

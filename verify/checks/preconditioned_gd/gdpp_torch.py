@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.models.preconditioned_gd_runs import RUNS, over_problem_draws
 from verify.models.preconditioned_gd_training import (
     DIM,
     N_CONTEXT,
@@ -69,7 +70,7 @@ GDPP_DTYPE = {"quick": "float64", "full": "float32"}
                  Setting("lr", "float", quick=GDPP_QUICK["lr"], full=GDPP_FULL["lr"], low=1e-6, high=10.0,
                          doc="initial learning rate (halved on the profile's schedule)"),
                  Setting("samples", "int", quick=30_000, full=1_000_000, low=1000, high=10**8,
-                         doc="held-out prompts of the Monte Carlo evaluation")])
+                         doc="held-out prompts of the Monte Carlo evaluation"), RUNS])
 def theorem4_gdpp(ctx):
     """Train the general parametrisation (eq. 11) and look for the GD++ structure.
 
@@ -98,6 +99,11 @@ def theorem4_gdpp(ctx):
     at a held-out loss of 2e17); a run whose batch loss passes :data:`STOP_ABOVE` stops and
     the check fails.
     """
+    return over_problem_draws(ctx, _theorem4_gdpp_run)  # one run per draw of Sigma (setting runs)
+
+
+def _theorem4_gdpp_run(ctx):
+    """One run of :func:`theorem4_gdpp` (one draw of Sigma, init and batches)."""
     from verify.models.linear_transformer import dist_to_identity
     from verify.models.preconditioned_gd_full import gdpp_run_statistics, train_gdpp
 
