@@ -164,15 +164,20 @@ _FIG5_SETTINGS = [
     Setting("walks", "int", quick=300, full=3000, low=10, high=10**6, doc="random walks per draw; Fig. 5: 300")]
 
 
-def _fig5_figure(cells, means, scales, T, title, key="rho_W"):
+def _fig5_figure(cells, means, scales, T, title, proxy=False):
+    """Fig. 5 (left) redrawn, one panel per mean: Monte Carlo rho_i (dots) and the Gaussian approximation
+    with the traces of W (lines), and with those of W_QK (dashed, ``proxy``), one colour per scale."""
     th = np.arange(1, T + 1) / T
     out = {}
     for m in means:
         curves = []
-        for s in scales:
-            c = cells[(m, s)]
-            curves += [series(f"scale {s:g}, Monte Carlo", th, c["rho"], style="o"),
-                       series(f"scale {s:g}, Gaussian approx. (traces of W)", th, c[key])]
+        for k, s in enumerate(scales):
+            c, colour = cells[(m, s)], f"C{k}"
+            curves += [series(f"scale {s:g}, Monte Carlo", th, c["rho"], style="o", color=colour),
+                       series(f"scale {s:g}, Gaussian approx., traces of W", th, c["rho_W"], color=colour)]
+            if proxy:
+                curves.append(series(f"scale {s:g}, Gaussian approx., traces of W_QK (proxy)", th, c["rho_QK"],
+                                     style="--", color=colour))
         out[f"mean_{m:g}"] = lines(f"{title}, eigenvalue mean {m:g}", "theta = i / T (query = last token)",
                                    "rho_i", curves)
     return out
@@ -299,8 +304,7 @@ def fig5_proxy(ctx):
             "max |rho_MC - rho(tr Sigma/d W_QK)|": float(np.max(np.abs(cell["rho"] - scaled))),
             "PR MC / W / W_QK": [cell["pr"], participation_ratio(cell["rho_W"]), participation_ratio(cell["rho_QK"])],
             "tr W, tr W^2 (mean over draws)": list(cell["traces"]), "tr W_QK, tr W_QK^2": [m * d, trQK2]}
-    figures = _fig5_figure(cells, means, scales, T, f"Fig. 5 (left), anisotropic Sigma, d = {d}, T = {T}: "
-                           "W_QK-proxy prediction", key="rho_QK")
+    figures = _fig5_figure(cells, means, scales, T, f"Fig. 5 left, anisotropic Sigma, d = {d}, T = {T}", proxy=True)
     return Outcome(
         measured={"max |rho_MC - rho(W)|": err_W, "max |rho_MC - rho(W_QK)|": err_QK,
                   "max |rho_MC - rho((tr Sigma/d) W_QK)|": err_scaled},
@@ -388,10 +392,10 @@ def larger_d(ctx):
         h = hits[(name, d)].astype(float)
         rho = h.mean(axis=0)
         trW, trW2 = float(wd.sum()), float(np.sum(wd**2))
+        gauss = _rho_gaussian(trW, trW2, lam, T)
         return {"rho": rho, "pr": participation_ratio(rho), "infl": _pr_influence(h, rho)[None, :],
-                "xi": trW / np.sqrt(trW2), "eta": np.sqrt(trW2) / lam,
-                "pr_gauss": participation_ratio(_rho_gaussian(trW, trW2, lam, T)),
-                "to_limit": float(np.mean(np.abs(rho - window)))}
+                "xi": trW / np.sqrt(trW2), "eta": np.sqrt(trW2) / lam, "gauss": gauss,
+                "pr_gauss": participation_ratio(gauss), "to_limit": float(np.mean(np.abs(rho - window)))}
 
     shape = {d: summary("shape", d, shape_w[d]) for d in dims}
     fixed = {d: summary("fixed", d, wd) for d, wd in fixed_w.items()}
@@ -409,10 +413,13 @@ def larger_d(ctx):
                            "mean |rho - limit indicator|": v["to_limit"]} for d, v in series_.items()}
 
     figures = {"rho_vs_d": lines(
-        f"Sec. 4: rho(theta) at tr W / lambda = {r:g}, eigenvalue sd / mean = {cv:g}, T = {T} ({n} walks)",
-        "theta = i / T", "rho_i", [series(f"d = {d} (xi = {v['xi']:.1f}, eta = {v['eta']:.2f})", theta, v["rho"],
-                                          style="o" if d != dims[-1] else "-") for d, v in shape.items()]
-        + [series(f"Lemma 2.1 limit, r = {r:g}", theta, window, style="--")])}
+        f"Sec. 4: rho_i at tr W/lambda = {r:g}, sd/mean {cv:g}, T = {T}",
+        "theta = i / T", "rho_i",
+        [c for k, (d, v) in enumerate(shape.items())
+         for c in (series(f"d = {d} (xi = {v['xi']:.1f}, eta = {v['eta']:.2f}), Monte Carlo", theta, v["rho"],
+                          style="o", color=f"C{k}"),
+                   series(f"d = {d}, Gaussian approx.", theta, v["gauss"], color=f"C{k}"))]
+        + [series(f"Lemma 2.1 limit, r = {r:g}", theta, window, style="--", color="k")])}
     return Outcome(
         measured={"PR by d": {f"d={d}": v["pr"] for d, v in shape.items()}, "weakest z": weakest},
         predicted="PR decreasing in d towards T / r (Lemma 2.1's window)",
