@@ -192,7 +192,7 @@ def fig5_trend(ctx):
     quantiles of N(mean, scale^2), not i.i.d. draws: i.i.d. eigenvalues scatter tr W_QK by scale sqrt(d)
     (5.7 at scale 0.5) around d mean (1.28 at mean 0.01), so a 'fixed mean' would not be fixed.
     (mean, scale) grid: 0, 0.01, 0.1, 0.5 x 0.01, 0.1, 0.5 (the text gives no values; these are the
-    figure's). All cells share the walks and the draws (common random numbers), and the statistic is
+    figure's legend as read, which the text cannot confirm). All cells share the walks and the draws (common random numbers), and the statistic is
     conditional on the 10 draws.
 
     Statistic: for each trend pair (a smaller mean at a fixed scale, or a larger scale at a fixed nonzero
