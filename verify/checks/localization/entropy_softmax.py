@@ -127,6 +127,13 @@ def softmax_scale(ctx):
     stated-sign z 9.2-12.2 (worst discrepancy/tolerance 0.611, seed 6: the all-query reversal at d = 32,
     mean -0.5); controls 3.55-4.02 (all queries, expected >= 3.81) and 3.37-3.70 (last query, expected
     >= 2.35): every seed rejects the claim as printed. 4 s of one core.
+
+    Full profile (20000 walks, configurations (128, 40), (32, 40), (128, 10), (128, 20), (8, 40), means
+    -0.5, -0.1, 0, 0.01, 0.1, 0.5; 120 pairs, z_crit 5.8), seeds 0-1: pass, weakest stated-sign z 13.8
+    and 14.2; controls 8.2-8.5 and 7.8-7.9. At this size the reversal also shows where it is not
+    asserted: the all-query entropy at mean -0.1 and -0.5 between scales 0.01 and 0.1 (z -6 to -14 at
+    d = 32-128), the last query's at means -0.1, 0.1 and 0.5 between scales 0.01 and 0.1 (d = 128, z -6
+    to -13); at d = 8 (|tr W|/lambda <= 1.4) the last query's order holds (z 10-13). 4-5 min here.
     """
     dims, lengths = ctx.setting("d"), ctx.setting("T")
     means, scales = tuple(ctx.setting("mean")), tuple(sorted(ctx.setting("scale")))
