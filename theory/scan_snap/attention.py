@@ -15,10 +15,16 @@ Derived here (sympy, not retyped); the decoder (Lemma 5) is :mod:`theory.scan_sn
   of eq. 10 read as an average, i.e. expected batch-1 SGD); ``k = K`` is eq. 10's sum read literally.
 * Eq. 14's two regimes: the corrected B_n with ``h(t/K) ~ eta_Y t/(M K)`` (the slope of eq. 44 at
   h = 0) and ``h(t/K) ~ ln(M eta_Y t/K)/M`` (the dominant balance ``e^{M h} ~ M eta_Y t/K`` of eq. 45).
+* Eq. 13 in the symmetric case (K classes sharing the query and one common token of overlap ``q =
+  f_n^T f_n'``): ``E = q (J - I)`` inverts in closed form, ``beta = E' = q/((1-q)(1+(K-1) q))``, so
+  ``xi_n/gamma = (K-1) q^2/((1-q)(1+(K-1) q))`` and the averaged common-token rate is ``-(K-1) q^2/(1 +
+  (K-1) q)``; to leading order in ``q = e^{2z}/rho0^2`` both are ``e^{4z}/C0`` with ``C0 = rho0^4/(K-1)``.
 
 Errata: eq. 124 drops the lower limit of the integral, so the paper's
 ``B_n = 1/4 ln(C0 + 4 Gamma)`` (and eqs. 14, 129-132) carries an extra ``1/4 ln C0`` (B_n(0) != 0);
-eq. 10 sums over classes, which under Theorem 4's clock multiplies the common-token rate by K.
+eq. 10 sums over classes, which under Theorem 4's clock multiplies the common-token rate by K; eq. 13's
+``C0 := rho0^4/K`` should be ``rho0^4/(K-1)``. Theorem 3's bound (eq. 12) and the consequences of Theorem 4
+are :mod:`theory.scan_snap.growth`.
 
 Records whose value needs ``h`` evaluate it through ``scan_snap.h.continuous`` /
 ``scan_snap.h.discrete`` in the requested backend (``evaluate=``); the sympy expression is
@@ -28,7 +34,7 @@ Contains
 --------
 ``scan_snap.attention.growth``, ``.growth_printed``, ``.growth_literal``, ``.common_logit``,
 ``.common_logit_literal``, ``.growth_scanning``, ``.growth_snapping``, ``.relative_gain``,
-``.common_pair_term``.
+``.common_pair_term``, ``.symmetric_xi``, ``.symmetric_common_rate``, ``.snap_constant``.
 """
 
 from __future__ import annotations
@@ -274,7 +280,7 @@ def derive_snap_constant():
     order in q, and the averaged common-token rate -eta_Z gamma e^{4z}/C0 with the same C0."""
     import sympy as sp
 
-    q, K, rho0 = _sym("q"), _sym("K"), _sym("rho0")
+    q, rho0 = _sym("q"), _sym("rho0")
     lead_xi = sp.series(derive_symmetric_xi(), q, 0, 3).removeO()
     lead_z = sp.series(derive_symmetric_common_rate(), q, 0, 3).removeO()
     assert sp.simplify(lead_xi + lead_z) == 0               # the same constant in both halves of eq. 13

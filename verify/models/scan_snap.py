@@ -280,7 +280,8 @@ def population_run(classes: SequenceClasses, eta_Y: float, eta_Z: float, steps: 
             "queries": queries}
 
 
-def population_growth_run(classes: SequenceClasses, eta_Y: float, eta_Z: float, order, tokens=None):
+def population_growth_run(classes: SequenceClasses, eta_Y: float, eta_Z: float, order, tokens=None,
+                          steps: int | None = None, modified: bool = False):
     """:func:`population_run` (batch-1, class ``order[s]`` at step s, Y(0) = Z(0) = 0) recording, at every
     step and for every class n (sampled or not), the Theorem-1 quantities of the current state:
     g_n = Y (e_n - alpha_n) with alpha_n = softmax(Y^T f_n), gamma_n = g_nl/f_nl and
@@ -291,11 +292,22 @@ def population_growth_run(classes: SequenceClasses, eta_Y: float, eta_Z: float, 
 
     Returns a dict: ``z`` (steps + 1, M): the logit row of the query of class 0 after each step;
     ``xi``, ``gamma`` (steps, K): values before each step; ``f2`` (steps + 1, K): f_nl^2 at ``tokens``;
-    ``tokens``; ``cls``: the order.
+    ``tokens``; ``cls``: the order; ``Y``, ``Z``: the final matrices.
+
+    ``order=None`` (with ``steps``): the expected update of a uniformly sampled class at every step, i.e. each
+    class's batch-1 update weighted 1/K (what a large batch averages to; no sampling noise).
+
+    ``modified=True``: the decoder follows the modified gradient of eq. 26, dY = eta_Y (f_n - F E' e_n)(e_n -
+    alpha_n)^T with E' = I - (F^T F)^{-1} of the current attention (the dynamics Lemma 3 and Theorem 5 solve, from
+    which Theorem 1's beta = E' comes); the attention keeps eq. 4. Needs the classes to share one query.
     """
     K, M = classes.K, classes.M
-    order = np.asarray(order, dtype=int)
-    steps = len(order)
+    if order is None:
+        if steps is None:
+            raise ValueError("steps: needed when order is None (the expected update)")
+    else:
+        order = np.asarray(order, dtype=int)
+        steps = len(order)
     if tokens is None:
         tokens = np.array([np.flatnonzero(classes.distinct[n])[np.argmax(np.where(classes.distinct[n],
                                                                                   classes.P[n], -1)
@@ -331,14 +343,25 @@ def population_growth_run(classes: SequenceClasses, eta_Y: float, eta_Z: float, 
         gam = G[tokens, rows] / ftok
         gams[s] = gam
         xis[s] = gam - np.einsum("km,mk->k", f, G)
-        n = order[s]
-        fn, gn = f[n], G[:, n]
-        Y += eta_Y * np.outer(fn, err[:, n])
-        Z[classes.psi[n]] += eta_Z * fn * (gn - fn * (fn @ gn))
+        if modified:
+            Ep = np.eye(K) - np.linalg.inv(f @ f.T)             # E' = I - (I + E)^{-1}, F^T F = I + E
+            fdir = f - Ep.T @ f                                  # row n: f_n - F E' e_n
+        else:
+            fdir = f
+        if order is None:
+            Y += (eta_Y / K) * (fdir.T @ err.T)
+            dz = (eta_Z / K) * f * (G.T - f * np.einsum("km,mk->k", f, G)[:, None])
+            np.add.at(Z, classes.psi, dz)
+        else:
+            n = order[s]
+            fn, gn = f[n], G[:, n]
+            Y += eta_Y * np.outer(fdir[n], err[:, n])
+            Z[classes.psi[n]] += eta_Z * fn * (gn - fn * (fn @ gn))
         f = attention()
         zs.append(Z[m0].copy())
         f2s.append(f[rows, tokens] ** 2)
-    return {"z": np.array(zs), "xi": xis, "gamma": gams, "f2": np.array(f2s), "tokens": tokens, "cls": order}
+    return {"z": np.array(zs), "xi": xis, "gamma": gams, "f2": np.array(f2s), "tokens": tokens, "cls": order,
+            "Y": Y, "Z": Z}
 
 
 def _class_attention(classes, Z, n):
@@ -348,6 +371,35 @@ def _class_attention(classes, Z, n):
     mx = logit[sup].max()
     c = np.where(sup, P * np.exp(np.where(sup, logit - mx, 0.0)), 0.0)
     return c / c.sum()
+
+
+def eq3_gradients(Y: np.ndarray, Z: np.ndarray, context, query: int, label: int, *, projector: bool = True):
+    """Lemma 1 (eq. 3) for one sequence: the gradients (dJ/dY, dJ/dZ) of J = x_{T+1}^T Y^T LN(X^T b_T) - log 1^T
+    exp(Y^T LN(X^T b_T)) (eq. 15), b_T = softmax over the contextual tokens of z_{m, x_t} (m = ``query``).
+
+    dJ/dY = LN(X^T b)(e_label - alpha)^T and dJ/dZ = x_T (e_label - alpha)^T Y^T P^perp_{X^T b} X^T diag(b) X /
+    ||X^T b||, written row-wise as eq. 4: only row m is nonzero, z_m' = X^T diag(b) X P^perp Y (e_label - alpha)
+    / ||X^T b||. ``projector=False`` drops P^perp (a wrong form, for negative controls).
+    """
+    M = Y.shape[0]
+    x = np.asarray(context, dtype=int)
+    X = np.zeros((x.size, M))
+    X[np.arange(x.size), x] = 1.0
+    a = Z[query, x]
+    b = np.exp(a - a.max())
+    b /= b.sum()
+    v = X.T @ b
+    nv = np.linalg.norm(v)
+    ln = v / nv
+    alpha = _softmax(Y.T @ ln)
+    err = -alpha
+    err[label] += 1.0
+    dY = np.outer(ln, err)
+    g = Y @ err
+    Pg = g - ln * (ln @ g) if projector else g
+    dZ = np.zeros_like(Z)
+    dZ[query] = (X.T @ np.diag(b) @ X) @ Pg / nv
+    return dY, dZ
 
 
 def decoder_run(M: int, eta_Y: float, steps: int, f: np.ndarray, label: int = 0):

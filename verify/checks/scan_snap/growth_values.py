@@ -205,7 +205,8 @@ def lnln(ctx):
         measured={"max |B_n - asymptote|/a(t)": worst, "cells where it does not decrease": nonshrink},
         predicted="<= 1, decreasing", discrepancy=float(stat), tolerance=1.0,
         criterion="|B_n - eq. 132 (with -1/4 ln C0)| <= a(t) = 1/2 ln(1 + (L*/ln(M eta_Y t/K))^2) + K/(eta_Y t) + 64 "
-                  "ulp of B_n for t >= 100 t_0 (twice the derived bound of the exact remainder, plus round-off), decreasing in t; statistic = max ratio + "
+                  "ulp of B_n for t >= 100 t_0 (twice the derived bound of the exact remainder, plus round-off), "
+                  "decreasing in t; statistic = max ratio + "
                   "count of non-decreasing cells, pass if <= 1",
         controls=[Control("eq. 132 as printed (no -1/4 ln C0; |ln C0| > 1): min |B_n - printed|/a at the last time",
                           float(ctrl), 1.0, expected=float(e_ctrl)),
@@ -279,9 +280,9 @@ def insights(ctx):
     details["(c) t_c/t_0 by M (K = 1; M = 5 reported: t_c > t_0 there)"] = ratios
     return Outcome(
         measured={"failures": fails}, predicted=0, discrepancy=float(fails), tolerance=0.0,
-        criterion="count of failed signs: (a) t_0 eta_Y constant (1e-12); (b) B_n strictly increasing in eta_Z at fixed nu "
-                  "(closed form; eq. 10 ODE beyond 1e-8); (c) dB_n/d eta_Y < 0 for t > t_c, > 0 for t < t_c (finite "
-                  "difference 1e-4, times within 1e-3 of t_c excluded), t_c < t_0 for M >= 6; must be 0",
+        criterion="count of failed signs: (a) t_0 eta_Y constant (1e-12); (b) B_n strictly increasing in eta_Z at "
+                  "fixed nu (closed form; eq. 10 ODE beyond 1e-8); (c) dB_n/d eta_Y < 0 for t > t_c, > 0 for t < t_c "
+                  "(finite difference 1e-4, times within 1e-3 of t_c excluded), t_c < t_0 for M >= 6; must be 0",
         controls=[Control("insight (c) at every t > 0 (smaller eta_Y, larger B_n): grid points where it fails",
                           float(ctrl), 0.0, expected=float(e_ctrl))],
         details=details,
