@@ -53,11 +53,11 @@ def eq10_population(ctx):
     """Population model (expected batch-1 step, Y(0) = Z(0) = 0, eta_Y = 1, eta_Z = ratio) against eq. 10.
 
     Data: single_common(4, 5) (common weight 1, distinct weights linspace(1, 2, 5), shared query), padded to each M
-    (unused tokens: the output softmax size of the h recursion). Window: t in [10 t_0, 20 t_0], t_0 = snap_time.
+    (unused tokens: the output softmax size of the h recursion). Window: t in [10 t_0, 15 t_0], t_0 = snap_time.
     Criterion (statistic = max of the ratios, pass if <= 1):
     (a) modified decoder (eq. 26): max relative error of z_ml, z_ml0 and B_n (eta_Z sum of the Theorem-1 xi_n of the
-    state) against the ODE, at M >= 100, over tol(M) = 2/(q0 M): the neglected O(1/M) terms of beta (|delta_3| < 3/M,
-    eq. 89) relative to beta ~ E' ~ q0 = f_n^T f_n';
+    state) against the ODE on the window, at M >= 100, over tol(M) = 2/(q0 M): the neglected O(1/M) terms of beta
+    (|delta_3| < 3/M, eq. 89) relative to beta ~ E' ~ q0 = f_n^T f_n';
     (b) gamma(t) (class mean of g_l0/f_l0, both decoders): |gamma_pop/gamma - 1| over t >= t_peak/2 within lambda_1 =
     (K - 1) q0 (Theorem 1's corrections are O(|lambda_1(E)|)), and the peak step within 1 + 5% of gamma_peak_time,
     here and at eta_Y = 0.25, 0.5 (M = 26; insight (a): t_0, t_peak ~ 1/eta_Y).
@@ -65,7 +65,9 @@ def eq10_population(ctx):
     (M/(M-1)^2)/E')/tol (leading-order beta of the true gradient); the literal class sum (factor K) for the modified
     decoder; gamma's peak on the clock h(t) (per-class count = total steps, no /K).
 
-    Measured (deterministic): (a) 0.10 (M = 100), 0.02 (M = 300); true gradient 0.72, 0.90 off; gamma within 7%.
+    Measured (deterministic; 20/20 seeds): statistic 0.39 ((a): errors 0.10 at M = 100, 0.02 at M = 300); the true
+    gradient 0.73, 0.90 off (z_ml 3.4x, 9x too small against eq. 10); gamma within 7%, peaks at round(t_peak);
+    controls 10.5, 8.3, 7.7 x. About 5 s.
     """
     Ms = list(ctx.setting("M"))
     K, D, eta_Y, eta_Z = 4, 5, 1.0, ctx.setting("ratio")
@@ -79,7 +81,7 @@ def eq10_population(ctx):
         lam1 = (K - 1) * q0
         Ep = q0 / ((1 - q0) * (1 + (K - 1) * q0))                 # E'_nn' of the symmetric case (symmetric_xi)
         t0 = float(_get("speed.snap_time")(M=M, K=K, eta_Y=eta_Y))
-        steps = int(20 * t0)
+        steps = int(15 * t0)
         ts = np.arange(steps + 1, dtype=float)
         win = ts >= 10 * t0
         zo, Bo = integrate_shared_query(P, M, eta_Y, eta_Z, ts, 1.0 / K)
@@ -146,7 +148,7 @@ def eq10_population(ctx):
                   g_err, "(b) max |peak - t_peak|/(1 + 0.05 t_peak)": peak_err},
         predicted="<= 1", discrepancy=float(stat), tolerance=1.0,
         criterion="max of: (a) modified-decoder population vs eq. 10, max relative error of z_ml, z_ml0, B_n on t in "
-                  "[10, 20] t_0 over 2/(q0 M) (M >= 100); (b) |gamma_pop/gamma - 1| for t >= t_peak/2 over lambda_1 = "
+                  "[10, 15] t_0 over 2/(q0 M) (M >= 100); (b) |gamma_pop/gamma - 1| for t >= t_peak/2 over lambda_1 = "
                   "(K-1) q0, and |argmax gamma_pop - gamma_peak_time| over 1 + 5% (eta_Y = 0.25, 0.5, 1); pass if <= 1",
         controls=[Control(f"eq. 10 for the true gradient (refuted), M = {max(Ms)}: max error/tol(M)", float(ctrl_true),
                           1.0, expected=float(e_true)),

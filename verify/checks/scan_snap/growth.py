@@ -88,7 +88,9 @@ def eq12_bounds(ctx):
     f0^2 W_n <= dz_l0 <= max f^2 W_n to round-off (eqs. 98, 114 per step). Control: the printed lower bound
     exp(2 f0^2 B_n) on the averaged ODE and (W_n = B_n, the clock of eq. 12 as printed) in the population.
 
-    Measured (seeds 0-19, quick): pass 20/20; see the run's details for the worst ratios.
+    Measured (quick, seeds 0-19): pass 20/20, worst statistic 0.40 (the population z of W_n - B_n/K); ODE bound
+    violations 0, eq. 114 to 2e-15; controls: the printed lower bound ~1e8 x the allowance, W_n = B_n >= 8 x the
+    threshold. About 3 s.
     """
     K, D, eta_Z = ctx.setting("K"), ctx.setting("D"), ctx.setting("eta_Z")
     classes = dominant_classes(ctx.rng, K, D)
@@ -208,8 +210,8 @@ def theorem4_bullets(ctx):
     (ratio - 1)/a, K p_end - 1 over a. Control: the printed scanning bound [K^{-1}(rho0^4 + 2 eta_Y eta_Z
     t^2)]^{f0^2/2}.
 
-    Measured (quick, any seed: deterministic): scanning ratio >= 0.98 (a = 0.05), snapping ratio <= 0.11,
-    p_end = 0.024 (1/K = 0.25); printed control 25x its tolerance.
+    Measured (quick, deterministic; 20/20 seeds): statistic 0.34: scanning ratio >= 0.98 (a = 0.05), snapping ratio
+    <= 0.11, p_end = 0.024 (1/K = 0.25); printed control 19x its tolerance. About 1 s.
     """
     K, D, eta_Z, eta_Y = ctx.setting("K"), ctx.setting("D"), ctx.setting("eta_Z"), 1.0
     classes, P, rho0 = _symmetric_setting(K, D, 0.5)
@@ -280,7 +282,8 @@ def fig3(ctx):
     inside that bracket); statistic = failures of (i) + pairs outside the bracket. Control: the claim read as
     holding at all t (a smaller eta_Y larger at every t > 0): the count of grid times where it fails.
 
-    Measured (deterministic): 0 failures; flips at 121, 60, 28 steps inside [86, 172], [43, 86], [17, 43].
+    Measured (deterministic; 20/20 seeds): 0 failures; flips at 121, 60, 28 steps inside [86, 172], [43, 86], [17,
+    43]; control 230 failing grid times. About 3 s.
     """
     eta_Ys = list(ctx.setting("eta_Y"))
     K, D, M, eta_Z = 10, ctx.setting("D"), 1000, 0.5

@@ -59,7 +59,8 @@ def fig9(ctx):
     instead of nu (spread of the ODE's B_n(t_0) / allowance), and the printed values (|printed - exact| over the
     same allowance at the largest M; expected |ln C0|/4 / allowance).
 
-    Measured (deterministic): closed-form spread ~1e-16, ODE spread ~1e-10 of 1e-8; gap ratios <= 0.9.
+    Measured (deterministic; 20/20 seeds): statistic 0.52 (the gap of the t_0' value at M = 1e12); closed-form spread
+    0, ODE spread 2e-5 of the allowance; controls: fixed eta_Y 8.7e7 x, printed values 22 x. About 5 s.
     """
     eta_Zs, nu = list(ctx.setting("eta_Z")), ctx.setting("nu")
     details, figs = {}, []
@@ -77,7 +78,8 @@ def fig9(ctx):
     P, Mo = classes.P[:, classes.P.sum(0) > 0], classes.M
     ode, ode_fixed = [], []
     for eZ in eta_Zs:
-        for store, eY in ((ode, nu * eZ), (ode_fixed, nu * eta_Zs[0])):
+        pairs = [(ode, nu * eZ)] + ([(ode_fixed, nu * eta_Zs[0])] if eZ in (eta_Zs[0], eta_Zs[-1]) else [])
+        for store, eY in pairs:
             t0 = float(_get("speed.snap_time")(M=Mo, K=Ko, eta_Y=eY))
             ts = np.concatenate([[0.0], np.geomspace(1e-3 * t0, t0, 60), np.geomspace(t0, 1e4 * t0, 60)[1:]])
             z, B = integrate_shared_query(P, Mo, eY, eZ, ts, 1.0 / Ko)
@@ -91,34 +93,35 @@ def fig9(ctx):
     C0o = float(_get("attention.snap_constant")(rho0=float(np.linalg.norm(P[0]) / P[0, 0]), K=Ko))
     eY0 = nu * eta_Zs[0]
     cf_fixed = [float(_get("attention.growth")(t=_get("speed.snap_time")(M=Mo, K=Ko, eta_Y=eY0), M=Mo, K=Ko,
-                                               eta_Y=eY0, eta_Z=eZ, C0=C0o)) for eZ in eta_Zs]
+                                               eta_Y=eY0, eta_Z=eZ, C0=C0o)) for eZ in (eta_Zs[0], eta_Zs[-1])]
     ctrl_fixed = (max(ode_fixed) - min(ode_fixed)) / ODE_ALLOWANCE
     details["eq. 10 ODE B_n(t_0) at fixed nu"] = ode
-    details["eq. 10 ODE B_n(t_0) at fixed eta_Y (control)"] = ode_fixed
+    details["eq. 10 ODE B_n(t_0) at fixed eta_Y, smallest and largest eta_Z (control)"] = ode_fixed
     # (iii) App. F's values
     worst_gap, worst_neg, printed_min = 0.0, 0.0, np.inf
     e_printed = np.inf
     table = {}
+    nus, C0s = np.meshgrid([0.5, 10.0], [0.1, 10.0])          # every (nu, C0) pair, evaluated as arrays
+    nus, C0s = nus.ravel(), C0s.ravel()
     for rec, when in (("value_scan_end", "scan_time"), ("value_snap", "snap_time")):
         rows = []
         for Mv in (10, 100, 1000, 10**4, 10**6, 10**9, 10**12):
             allow = 2 * GAP[rec] / math.log(Mv)
             for Kv in (1, 10):
-                for nv in (0.5, 10.0):
-                    for C0 in (0.1, 10.0):
-                        kw = dict(M=Mv, K=Kv, eta_Y=1.0, eta_Z=1.0 / nv, C0=C0)
-                        t = float(_get(f"speed.{when}")(M=Mv, K=Kv, eta_Y=1.0))
-                        exact = float(_get("attention.growth")(t=t, **kw))
-                        form = float(_get(f"growth.{rec}")(**kw))
-                        printed = float(_get(f"growth.{rec}")(printed=True, **kw))
-                        worst_neg = max(worst_neg, (exact - form) / 1e-12)
-                        worst_gap = max(worst_gap, (form - exact) / allow)
-                        if Mv == 10**12:
-                            printed_min = min(printed_min, abs(printed - exact) / allow)
-                            e_printed = min(e_printed, abs(math.log(C0)) / 4 / allow)
-                        if Kv == 10 and nv == 0.5 and C0 == 0.1:
-                            rows.append({"M": Mv, "exact": exact, "form": form, "printed": printed,
-                                         "gap x ln M": (form - exact) * math.log(Mv)})
+                kw = dict(M=Mv, K=Kv, eta_Y=1.0, eta_Z=1.0 / nus, C0=C0s)
+                t = float(_get(f"speed.{when}")(M=Mv, K=Kv, eta_Y=1.0))
+                exact = _get("attention.growth")(t=t, **kw)
+                form = _get(f"growth.{rec}")(**kw)
+                printed = _get(f"growth.{rec}")(printed=True, **kw)
+                worst_neg = max(worst_neg, float(np.max(exact - form)) / 1e-12)
+                worst_gap = max(worst_gap, float(np.max(form - exact)) / allow)
+                if Mv == 10**12:
+                    printed_min = min(printed_min, float(np.min(np.abs(printed - exact))) / allow)
+                    e_printed = min(e_printed, float(np.min(np.abs(np.log(C0s)))) / 4 / allow)
+                if Kv == 10:
+                    i = int(np.flatnonzero((nus == 0.5) & (C0s == 0.1))[0])
+                    rows.append({"M": Mv, "exact": float(exact[i]), "form": float(form[i]),
+                                 "printed": float(printed[i]), "gap x ln M": float(form[i] - exact[i]) * math.log(Mv)})
         table[rec] = rows
     details["App. F values (K = 10, nu = 0.5, C0 = 0.1)"] = table
     stat = max(spread_cf / 1e-12, spread_ode, worst_neg, worst_gap)
@@ -163,7 +166,8 @@ def lnln(ctx):
     asymptote at t = max(1e3 (M eta_Y)^{-1} exp(1/sqrt(2 nu)), 100 t_0) (inside the printed range, past the snap)
     over the allowance the corrected range gives at l = 10, 1/2 ln(1.01) + 1/x.
 
-    Measured (deterministic): see details; controls far past 1.
+    Measured (deterministic; 20/20 seeds): max |remainder|/a = 0.50, every cell decreasing; controls: the printed
+    constant 430 x a, the printed range 129 x. Under 1 s.
     """
     n = ctx.setting("points")
     worst, nonshrink, ctrl, ctrl_onset = 0.0, 0, np.inf, 0.0
@@ -233,7 +237,8 @@ def insights(ctx):
     6..1e9 (and t_c > t_0 at M = 5, reported). Control: insight (c) read at every t > 0 (a smaller eta_Y gives a larger
     B_n): grid points where it fails.
 
-    Measured (deterministic): 0 failures; t_c/t_0 = 0.93 at M = 6, 0.47 at M = 1000, 1.077 at M = 5.
+    Measured (deterministic; 20/20 seeds): 0 failures; t_c/t_0 = 0.93 at M = 6, 0.47 at M = 1000, 1.077 at M = 5;
+    control 4128 failing grid points. About 4 s.
     """
     n = ctx.setting("points")
     fails, details = 0, {}

@@ -64,7 +64,8 @@ def lemma1_gradient(ctx):
     sums of G_Y and G_Z (and rows of G_Z other than m) / 1e-13 (12-term sums of O(1) entries, ~12 eps). Control: eq. 3
     without P^perp.
 
-    Measured (quick, seeds 0-19): pass 20/20.
+    Measured (quick, seeds 0-19): pass 20/20, worst statistic 0.02 (relative errors ~1e-15 vs autograd, ~1e-10 vs
+    differences); control (no P^perp) >= 6e9 x its tolerance. About 1 s.
     """
     import torch
 
@@ -157,7 +158,8 @@ def lemma2_long_sequence(ctx):
     identity error/1e-13). Control: the limit without attention, c' = P (z ignored): |z| of (T - 1)||X^T b - P||^2
     against the same value. The O(1/T) bias of the delta method is below 3e-4 relative at T >= 1001 (SE ~ 1%).
 
-    Measured (quick, seeds 0-19): pass 20/20.
+    Measured (quick, seeds 0-19): pass 20/20, worst max|z|/threshold 0.56; control (c' = P) >= 1.5e3 x the
+    threshold. Under 1 s.
     """
     rng = ctx.rng
     L = 20
@@ -222,7 +224,8 @@ def lemma18_hoeffding(ctx):
     binomial coverage (scipy) >= 1 - delta. statistic = max of the ratios. Control: the band at eps/3: its coverage
     falls below 1 - delta; expected z from the exact binomial coverage.
 
-    Measured (quick, seeds 0-19): pass 20/20.
+    Measured (quick, seeds 0-19): pass 20/20, worst statistic 0.02 (coverage far above 1 - delta); control (eps/3)
+    >= 9.6 x the threshold. Under 1 s.
     """
     from scipy.stats import binom
 
