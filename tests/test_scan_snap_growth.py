@@ -22,15 +22,15 @@ def rec(name):
 @settings(max_examples=30, deadline=None)
 @given(B=st.floats(0.0, 20.0), f0=st.floats(0.01, 1.0), K=st.integers(1, 50))
 def test_factor_bounds_order_and_printed(B, f0, K):
-    lo, hi = rec("growth.factor_bounds")(B=B, f0=f0, K=K)
-    plo, phi = rec("growth.factor_bounds")(B=B, f0=f0, K=K, printed=True)
-    assert 1.0 <= lo <= hi <= phi
+    lo, hi = rec("growth.factor_lower")(B=B, f0=f0, K=K), rec("growth.factor_upper")(B=B, K=K)
+    plo = rec("growth.factor_lower")(B=B, f0=f0, K=K, printed=True)
+    assert 1.0 <= lo <= hi <= math.exp(2 * B)
     assert lo <= plo and math.isclose(math.log(plo), K * math.log(lo), rel_tol=1e-12, abs_tol=1e-12)
 
 
 def test_factor_bounds_refuses_an_entry_above_one():
     with pytest.raises(ValueError, match="^f0"):
-        rec("growth.factor_bounds")(B=1.0, f0=1.5, K=3)
+        rec("growth.factor_lower")(B=1.0, f0=1.5, K=3)
 
 
 @pytest.mark.parametrize("M", [5, 6, 34, 1000, 10**6, 10**9])

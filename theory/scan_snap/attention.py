@@ -510,10 +510,10 @@ register(ClosedForm(
 ))
 
 Q_P = positive("q", "Overlap f_n^T f_n' = f_nl^2 of two classes sharing only the common token l (< 1).",
-               sample=(0.001, 0.9))
+               example=0.1, sample=(0.001, 0.9))
 K2_P = index("K", "Number of classes sharing the query, K >= 2.", low=2)
 RHO0_P = positive("rho0", "rho0 = ||c~_n||/c~_ln: the normaliser of f_n over the common token's score (>= 1).",
-                  sample=(1.0, 20.0))
+                  example=3.0, sample=(1.0, 20.0))
 _SYM_CASE = ("Symmetric case of Theorem 4 / Corollary 2 with one common token: K classes share the query, each "
              "has the common token with the same f_l^2 = q (so f_n^T f_n' = q, E = q (J - I)) and its own "
              "distinct tokens; beta = E' = I - (I + E)^{-1} (Theorem 1 to leading order, as in eq. 10).")

@@ -29,7 +29,7 @@ Derived here (sympy, not retyped):
 
 Contains
 --------
-``scan_snap.growth.factor_bounds``, ``.factor_scanning``, ``.factor_snapping``, ``.value_scan_end``,
+``scan_snap.growth.factor_lower``, ``.factor_upper``, ``.factor_scanning``, ``.factor_snapping``, ``.value_scan_end``,
 ``.value_snap``, ``.lnln_asymptote``, ``.lnln_onset``, ``.eta_Y_crossover``.
 """
 
@@ -52,11 +52,12 @@ from .attention import (
 from .decoder import ETA_Y, M_VOCAB
 from .h import ETA_Z, root_u
 
-__all__ = ["derive_factor_bounds", "crossover_u", "derive_crossover_condition"]
+__all__ = ["derive_factor_lower", "derive_factor_upper", "crossover_u", "derive_crossover_condition"]
 
-B_P = nonnegative("B", "B_n(t) = eta_Z int_0^t xi_n(t') dt' (Theorem 3), t in total batch-1 steps.", sample=(0, 5))
+B_P = nonnegative("B", "B_n(t) = eta_Z int_0^t xi_n(t') dt' (Theorem 3), t in total batch-1 steps.", example=2.0,
+                  sample=(0, 5))
 F0_P = positive("f0", "f_nl0(0): the dominant distinct token's entry of the normalised attention f_n at t = 0 "
-                "(<= 1).", sample=(0.05, 1.0))
+                "(<= 1).", example=0.6, sample=(0.05, 1.0))
 K_P = index("K", "Number of uniformly sampled sequence classes K.")
 C0_P = positive("C0", "Constant C0 of Theorem 4 (eq. 13).")
 M5_P = index("M", "Vocabulary size M >= 5 (the output softmax size).", low=5)
@@ -70,25 +71,37 @@ def _sym(name):
 
 
 # -- eq. 12 -------------------------------------------------------------------------------------------
-@cache
-def derive_factor_bounds():
-    """chi_l0 = exp(2 (z_l0(t) - z_l0(0))) with dz_l0/dB_n = f_nl0^2/K, f_nl0^2(0) <= f_nl0^2 <= 1
-    (eqs. 98, 114, and the 1/K of uniform batch-1 sampling): integrate both extremes from B = 0."""
+def _dz_bounds():
+    """dz_l0 = int_0^B f^2/K db with f_nl0^2(0) <= f^2 <= 1 (eqs. 98, 114, the 1/K of uniform batch-1 sampling):
+    the lower and upper ends of z_l0(t) - z_l0(0) given B_n(t) = B."""
     import sympy as sp
 
     B, f0, K = _sym("B"), _sym("f0"), _sym("K")
     b = sp.Symbol("b", nonnegative=True)
-    lo = sp.integrate(f0**2 / K, (b, 0, B))
-    hi = sp.integrate(sp.Integer(1) / K, (b, 0, B))
-    return sp.Matrix([sp.exp(2 * lo), sp.exp(2 * hi)])
+    return sp.integrate(f0**2 / K, (b, 0, B)), sp.integrate(sp.Integer(1) / K, (b, 0, B))
 
 
-def printed_factor_bounds():
-    """Eq. 12: e^{2 f_nl0^2(0) B_n} <= chi_l0 <= e^{2 B_n}."""
+@cache
+def derive_factor_lower():
+    """chi_l0 = exp(2 dz_l0) >= exp(2 f0^2 B/K)."""
     import sympy as sp
 
-    B, f0 = _sym("B"), _sym("f0")
-    return sp.Matrix([sp.exp(2 * f0**2 * B), sp.exp(2 * B)])
+    return sp.exp(2 * _dz_bounds()[0])
+
+
+@cache
+def derive_factor_upper():
+    """chi_l0 = exp(2 dz_l0) <= exp(2 B/K)."""
+    import sympy as sp
+
+    return sp.exp(2 * _dz_bounds()[1])
+
+
+def printed_factor_lower():
+    """Eq. 12, left: e^{2 f_nl0^2(0) B_n} <= chi_l0."""
+    import sympy as sp
+
+    return sp.exp(2 * _sym("f0") ** 2 * _sym("B"))
 
 
 def _f0_domain(values, dims):
@@ -100,7 +113,7 @@ def _f0_domain(values, dims):
 @cache
 def derive_factor_scanning():
     """Lower bound of eq. 12 (corrected) with the scanning B_n of eq. 14 (corrected)."""
-    return derive_factor_bounds()[0].xreplace({_sym("B"): derive_growth_scanning()})
+    return derive_factor_lower().xreplace({_sym("B"): derive_growth_scanning()})
 
 
 def stable_factor_scanning():
@@ -123,7 +136,7 @@ def printed_factor_scanning():
 @cache
 def derive_factor_snapping():
     """Upper bound of eq. 12 (corrected) with the snapping B_n of eq. 14 (corrected)."""
-    return derive_factor_bounds()[1].xreplace({_sym("B"): derive_growth_snapping()})
+    return derive_factor_upper().xreplace({_sym("B"): derive_growth_snapping()})
 
 
 def stable_factor_snapping():
@@ -329,23 +342,34 @@ _ERR_12 = ("Eq. 12 prints e^{2 f_nl0^2(0) B_n} <= chi_l0 <= e^{2 B_n}. With B_n 
            "eq. 10's own clock with the class sum read literally (each class once per unit time), which is "
            "not the clock of gamma(t) and B_n.")
 
+_DOC_12 = ("Bound on the growth factor chi_l0(t) = exp(2 (z_ml0(t) - z_ml0(0))) of the dominant distinct token l0 "
+           "of class n (r_{l0/l|n}(0) > 0 for every other distinct l, every common token falling), given B_n(t) and "
+           "f0 = f_nl0(0). Derived from dz_l0/dt = (eta_Z/K) f_nl0^2 xi_n (eq. 98 in expectation over the class of a "
+           "batch-1 step), f_nl0^2 increasing (eq. 114) and <= 1. ")
+
 register(ClosedForm(
-    id="scan_snap.growth.factor_bounds",
-    title="Eq. 12 on Theorem 4's clock: exp(2 f0^2 B_n/K) <= chi_l0 <= exp(2 B_n/K) (lower, upper)",
+    id="scan_snap.growth.factor_lower",
+    title="Eq. 12 (lower) on Theorem 4's clock: chi_l0 >= exp(2 f0^2 B_n/K)",
     source="Theorem 3, eqs. 12, 112-117 (1/K of uniform batch-1 sampling restored)",
     status="exact",
     params=(B_P, F0_P, K_P),
-    derive=derive_factor_bounds,
-    printed=printed_factor_bounds,
-    output="vector",
+    derive=derive_factor_lower,
+    printed=printed_factor_lower,
     domain=_f0_domain,
     example={"B": 2.0, "f0": 0.6, "K": 4},
-    doc="The two bounds [lower, upper] on the growth factor chi_l0(t) = exp(2 (z_ml0(t) - z_ml0(0))) of the "
-        "dominant distinct token l0 of class n (r_{l0/l|n}(0) > 0 for every other distinct l, every common "
-        "token falling), given B_n(t) and f0 = f_nl0(0). Derived from dz_l0/dt = (eta_Z/K) f_nl0^2 xi_n "
-        "(eq. 98 in expectation over the class of a batch-1 step) and f_nl0^2 increasing (eq. 114) and "
-        "<= 1. " + _CLOCK,
+    doc=_DOC_12 + _CLOCK,
     erratum=_ERR_12,
+))
+
+register(ClosedForm(
+    id="scan_snap.growth.factor_upper",
+    title="Eq. 12 (upper) on Theorem 4's clock: chi_l0 <= exp(2 B_n/K)",
+    source="Theorem 3, eqs. 12, 115-117 (1/K of uniform batch-1 sampling restored)",
+    status="exact",
+    params=(B_P, K_P),
+    derive=derive_factor_upper,
+    doc=_DOC_12 + _CLOCK + " The printed upper bound e^{2 B_n} also holds (it is weaker by the power K), so no "
+        "printed form is registered here; see scan_snap.growth.factor_lower for the erratum.",
 ))
 
 register(ClosedForm(

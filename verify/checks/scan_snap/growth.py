@@ -64,8 +64,8 @@ def _monotone_violations(x, scale):
 
 
 @check("scan_snap.growth.eq12_bounds", method="exact_flow",
-       covers=["scan_snap.growth.factor_bounds", "scan_snap.attention.relative_gain"],
-       decides=["scan_snap.growth.factor_bounds"],
+       covers=["scan_snap.growth.factor_lower", "scan_snap.growth.factor_upper", "scan_snap.attention.relative_gain"],
+       decides=["scan_snap.growth.factor_lower"],
        title="Eq. 12 on Theorem 4's clock: exp(2 f0^2 B_n/K) <= chi_l0 <= exp(2 B_n/K) along eq. 10 and in "
              "the population model; eqs. 112-114; printed exponent 2 f0^2 B_n rejected",
        settings=[Setting("K", "int", quick=4, full=6, low=2, high=64, doc="number of classes sharing the query"),
@@ -77,10 +77,11 @@ def _monotone_violations(x, scale):
 def eq12_bounds(ctx):
     """Eq. 12 along eq. 10 in both readings of its class sum, and the clock of B_n in the population model.
 
-    Criterion, ODE (eta_Y = 1, eta_Z as set, t in [1e-2, 1e6]): with chi = exp(2 dz_l0) and the record's
-    bounds [lo, hi] at the ODE's own B_n, max over t and classes of max(ln lo - ln chi, ln chi - ln hi)
-    <= 1e-8 (ODE allowance), for the averaged sum (record at K) and the literal sum (printed form, the
-    right one on that clock); z_l0, f_nl0^2, r_{l0/l'} (every other token of the class) never fall by
+    Criterion, ODE (eta_Y = 1, eta_Z as set, t in [1e-2, 1e6]): with chi = exp(2 dz_l0) and the records'
+    bounds lo (factor_lower), hi (factor_upper) at the ODE's own B_n, max over t and classes of max(ln lo - ln chi,
+    ln chi - ln hi) <= 1e-8 (ODE allowance), for the averaged sum (records at K) and the literal sum (printed form
+    e^{2 f0^2 B_n} <= chi <= e^{2 B_n}, the right one on that clock); z_l0, f_nl0^2, r_{l0/l'} (every other token
+    of the class) never fall by
     more than 1e-8; eq. 114 (f_nl0^2 = 1/(M + sum_{l' != l0} r_{l'/l0}), r = -1 off the support) to 1e-12.
     Population (batch-1, uniform classes, eta_Z/eta_Y = 0.01, the Theorem-1 xi_n of the current state at
     every step): W_n = eta_Z sum over the steps where n is the sample of xi_n must be B_n/K within
@@ -101,7 +102,7 @@ def eq12_bounds(ctx):
     l0 = _l0(classes)
     c0 = idx[l0]
     ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e6, 200)])
-    bounds = _get("growth.factor_bounds")
+    lower, upper = _get("growth.factor_lower"), _get("growth.factor_upper")
     details, worst, ctrl, e_ctrl, mono = {}, 0.0, 0.0, 0.0, 0.0
     ident = 0.0
     for reading, scale in (("averaged", 1.0 / K), ("literal", 1.0)):
@@ -111,9 +112,11 @@ def eq12_bounds(ctx):
         for n in range(K):
             dz = z[:, c0[n]] - z[0, c0[n]]
             f0 = f[0, n, c0[n]]
-            b = bounds(B=B[:, n], f0=f0, K=K, printed=(reading == "literal"))   # (n_t, 2)
+            # the averaged sum: the records at K; the literal sum: eq. 12 as printed (exponents without 1/K)
+            lo = lower(B=B[:, n], f0=f0, K=K, printed=(reading == "literal"))
+            hi = upper(B=B[:, n], K=K) if reading == "averaged" else np.exp(2 * B[:, n])
             lnchi = 2 * dz
-            viol = max(float(np.max(np.log(b[:, 0]) - lnchi)), float(np.max(lnchi - np.log(b[:, 1]))))
+            viol = max(float(np.max(np.log(lo) - lnchi)), float(np.max(lnchi - np.log(hi))))
             worst = max(worst, viol / ODE_ALLOWANCE)
             f2 = f[:, n, c0[n]] ** 2
             ct = P[n] * np.exp(z)                                   # c~ on the support
@@ -125,8 +128,8 @@ def eq12_bounds(ctx):
             r_inv = ct[:, others] ** 2 / ct[:, [c0[n]]] ** 2 - 1
             ident = max(ident, float(np.max(np.abs(f2 - 1 / (M + r_inv.sum(1) - (M - 1 - len(others)))))))
             if reading == "averaged":
-                bp = bounds(B=B[:, n], f0=f0, K=K, printed=True)
-                ctrl = max(ctrl, float(np.max(np.log(bp[:, 0]) - lnchi)) / ODE_ALLOWANCE)
+                bp = lower(B=B[:, n], f0=f0, K=K, printed=True)
+                ctrl = max(ctrl, float(np.max(np.log(bp) - lnchi)) / ODE_ALLOWANCE)
                 # expected: the printed lower bound against the corrected upper bound exp(2 B_n/K)
                 e_ctrl = max(e_ctrl, float(np.max(2 * B[:, n] * (f0**2 - 1 / K))) / ODE_ALLOWANCE)
             rows.append({"f0^2": float(f0**2), "B_n(end)": float(B[-1, n]), "dz_l0(end)": float(dz[-1]),
@@ -265,7 +268,8 @@ def theorem4_bullets(ctx):
 
 
 @check("scan_snap.growth.fig3", method="exact_flow",
-       covers=["scan_snap.growth.eta_Y_crossover", "scan_snap.growth.factor_bounds", "scan_snap.speed.snap_time"],
+       covers=["scan_snap.growth.eta_Y_crossover", "scan_snap.growth.factor_lower", "scan_snap.growth.factor_upper",
+               "scan_snap.speed.snap_time"],
        title="Fig. 3: chi_l0(t) along eq. 10 at K = 10, M = 1000, eta_Z = 0.5: after the transitions a smaller eta_Y "
              "gives a larger chi; the order flips inside the derived crossover bracket [t_c(eta_2), t_c(eta_1)]",
        settings=[Setting("eta_Y", "floats", quick=(0.5, 1.0, 2.0, 5.0), full=(0.25, 0.5, 1.0, 2.0, 5.0, 10.0),
@@ -317,8 +321,8 @@ def fig3(ctx):
         col = colors[i % len(colors)]
         curves.append({"label": f"eta_Y = {eY:g}", "x": ts[1:].tolist(), "y": chi[eY][1:].tolist(),
                        "style": "-", "color": col})
-        bnd = _get("growth.factor_bounds")(B=_get("attention.growth")(t=ts[1:], M=M, K=K, eta_Y=eY, eta_Z=eta_Z,
-                                                                        C0=C0), f0=f0, K=K)
+        Bf = _get("attention.growth")(t=ts[1:], M=M, K=K, eta_Y=eY, eta_Z=eta_Z, C0=C0)
+        bnd = np.stack([_get("growth.factor_lower")(B=Bf, f0=f0, K=K), _get("growth.factor_upper")(B=Bf, K=K)], 1)
         curves.append({"label": "eq. 12 bounds, closed-form B_n" if i == 0 else "",
                        "x": ts[1:].tolist(), "y": bnd[:, 1].tolist(), "style": "--", "color": col})
         curves.append({"label": "", "x": ts[1:].tolist(), "y": bnd[:, 0].tolist(), "style": "--", "color": col})
