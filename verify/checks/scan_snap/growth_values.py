@@ -160,17 +160,19 @@ def lnln(ctx):
     (>= -1/x once x >> 1) and 1/4 ln(1 + 1/l^2), a bound it attains as t -> oo. Allowance: twice it, a(t) =
     1/2 ln(1 + 1/l^2) + 1/x (+ 64 ulp of B_n: far out the remainder is ~1e-10 and the two values are O(1)).
     Criterion: on M in {100, 1000, 1e5} x K in {1, 10} x nu in {0.5, 5, 50} x C0 in {0.01, 0.1, 10, 100}, at times from
-    100 t_0 to ln(M eta_Y t/K) = 690 (log-spaced in ln t): |remainder| <= a(t), and |remainder| decreases along the
-    times; statistic = max |remainder|/a + count of cells where it does not decrease, pass if <= 1. Controls: eq. 132
+    100 t_0 to ln(M eta_Y t/K) = 690 (log-spaced in ln t): |remainder| <= a(t) at every time (a(t) -> 0, so the
+    remainder vanishes; near 100 t_0 its two parts can cancel, so it need not fall monotonically); statistic = max
+    |remainder|/a, pass if <= 1. Controls: eq. 132
     as printed (no -1/4 ln C0; cells with |ln C0| > 1) at the last time, over a(t); and, where nu C0/K >= 50, the
     asymptote at t = max(1e3 (M eta_Y)^{-1} exp(1/sqrt(2 nu)), 100 t_0) (inside the printed range, past the snap)
     over the allowance the corrected range gives at l = 10, 1/2 ln(1.01) + 1/x.
 
-    Measured (deterministic; 20/20 seeds): max |remainder|/a = 0.50, every cell decreasing; controls: the printed
+    Measured (deterministic; 20/20 seeds, and the full profile): max |remainder|/a = 0.50, a(t) <= 2.7e-3 at the last
+    time; controls: the printed
     constant 430 x a, the printed range 129 x. Under 1 s.
     """
     n = ctx.setting("points")
-    worst, nonshrink, ctrl, ctrl_onset = 0.0, 0, np.inf, 0.0
+    worst, a_last, ctrl, ctrl_onset = 0.0, 0.0, np.inf, 0.0
     e_ctrl, e_onset = np.inf, 0.0
     rows = []
     for M in (100, 1000, 10**5):
@@ -189,7 +191,7 @@ def lnln(ctx):
                     # + round-off of the two O(1) values whose difference is taken (64 ulp)
                     a = 0.5 * np.log1p((Ls / lnx) ** 2) + K / t + 64 * np.finfo(float).eps * np.maximum(1, np.abs(B))
                     worst = max(worst, float(np.max(rem / a)))
-                    nonshrink += int(not np.all(np.diff(rem) < 0))
+                    a_last = max(a_last, float(a[-1]))  # a(t) -> 0: the bound at the last time shows it vanish
                     if abs(math.log(C0)) > 1:
                         pr = abs(B[-1] - float(_get("growth.lnln_asymptote")(t=t[-1], printed=True, **kw)))
                         ctrl = min(ctrl, pr / a[-1])
@@ -204,14 +206,13 @@ def lnln(ctx):
                         e_onset = max(e_onset, 0.25 * math.log1p(1 / lp**2) / a10)
                     rows.append({"M": M, "K": K, "nu": nu, "C0": C0, "L*": Ls, "|remainder| first, last":
                                  [float(rem[0]), float(rem[-1])], "max |remainder|/a": float(np.max(rem / a))})
-    stat = worst + nonshrink
+    stat = worst
     return Outcome(
-        measured={"max |B_n - asymptote|/a(t)": worst, "cells where it does not decrease": nonshrink},
-        predicted="<= 1, decreasing", discrepancy=float(stat), tolerance=1.0,
+        measured={"max |B_n - asymptote|/a(t)": worst, "largest allowance at the last time": a_last},
+        predicted="<= 1", discrepancy=float(stat), tolerance=1.0,
         criterion="|B_n - eq. 132 (with -1/4 ln C0)| <= a(t) = 1/2 ln(1 + (L*/ln(M eta_Y t/K))^2) + K/(eta_Y t) + 64 "
-                  "ulp of B_n for t >= 100 t_0 (twice the derived bound of the exact remainder, plus round-off), "
-                  "decreasing in t; statistic = max ratio + "
-                  "count of non-decreasing cells, pass if <= 1",
+                  "ulp of B_n for t >= 100 t_0 (twice the derived bound of the exact remainder, plus round-off; a(t) "
+                  "-> 0); statistic = max ratio, pass if <= 1",
         controls=[Control("eq. 132 as printed (no -1/4 ln C0; |ln C0| > 1): min |B_n - printed|/a at the last time",
                           float(ctrl), 1.0, expected=float(e_ctrl)),
                   Control("eq. 132 inside its printed range t >> (M eta_Y)^-1 exp(1/sqrt(2 nu)) (nu C0/K >= 50): "
