@@ -4,6 +4,8 @@ Modules
 -------
 Every module here is imported by the registry on first use (see :mod:`theory.papers`).
 
+:mod:`~theory.preconditioned_gd.distorted_view`
+    The least-squares risk of one prompt and its Hessian (Ahn, Cheng, Daneshmand, Sra 2023, §4.2).
 :mod:`~theory.preconditioned_gd.gdpp`
     GD++: the general (full) layers of eq. 11 on the set of Theorem 4 (Ahn, Cheng, Daneshmand,
     Sra 2023, §5, Theorem 4, App. B.3).
@@ -28,9 +30,10 @@ PAPER = Paper(authors=("Ahn", "Cheng", "Daneshmand", "Sra"), year=2023,
               title="Transformers learn to implement preconditioned gradient descent for in-context learning",
               venue="NeurIPS 2023")
 
-#: The symbols of this paper: Sigma (and Lambda, M, A, P of the merged-model correspondence) are
-#: D x D; L, R, d, n, s are counts; the step sizes a_l, b_l, c_l are real of either sign.
-SYMBOLS = Symbols(matrices=("Lambda", "Sigma", "M", "A", "P"), integers=("L", "R", "d", "n", "s"),
+#: The symbols of this paper: Sigma, S (the empirical covariance of a prompt's context) and Lambda,
+#: M, A, P of the merged-model correspondence are D x D; L, R, d, n, s are counts; the step sizes
+#: a_l, b_l, c_l are real of either sign.
+SYMBOLS = Symbols(matrices=("Lambda", "Sigma", "S", "M", "A", "P"), integers=("L", "R", "d", "n", "s"),
                   nonnegative=("t",), reals=tuple(f"{x}_{l}" for x in "abc" for l in range(8)))
 #: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).
 sym = SYMBOLS
