@@ -68,6 +68,9 @@ def haar_directions(ctx):
     Controls (expected z: the largest entry of the wrong minus the true average over its s.e.): the
     printed ``r I`` for the A-direction and ``s Sigma^{-1}`` for the B-direction. The printed
     B-direction also leaves the set S: ``Dist(Sigma^{-1}, I)`` is reported.
+
+    Measured, quick profile (2e4 Haar matrices), seeds 0-19: 20/20 pass, worst |z| 2.96 against 5.61;
+    the controls' smallest z 168 (B) and 128 (A).
     """
     rng = ctx.rng
     total = ctx.setting("samples")

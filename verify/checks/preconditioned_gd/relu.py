@@ -212,6 +212,9 @@ def eq23_dropped_term(ctx):
     - eq. 23 as printed, "tr(D^2) is a constant": the paired gap between ``D = -I`` and ``D = 0`` at
       ``Sigma = s* I`` must then equal eq. 24's gap ``-d s*``; the truth is ``-d s* + d``;
     - the proof's conclusion from eq. 24, ``f_lower >= f*``, at ``Sigma = 0.3 s* I, D = 0``.
+
+    Measured, quick profile (2e4 samples per pair), seeds 0-19: 20/20 pass, worst |z| 3.89 against
+    5.36; the controls' smallest z 66 ("constant", n = 4) and 311 ("f_lower >= f*", n = 20).
     """
     rng = ctx.rng
     relu_loss = theory.get("preconditioned_gd.relu.loss")

@@ -46,6 +46,9 @@ def eq5_sign(ctx):
     - eq. 5 as printed (the record's printed form) against the analysed loss at ``Gamma*``;
     - eq. 5 as printed with Theorem 1: ``Q_0`` must then beat its mirror, but the printed loss at
       ``Gamma*`` exceeds that at ``-Gamma*`` by ``4 tr(Sigma Gamma*^T Sigma)`` (paired z).
+
+    Measured, quick profile (5e4 prompts), seeds 0-19: 20/20 pass, worst |z| 2.31 against 5.23; the
+    controls' smallest z 1470 and 103 (expected 1470 and 101).
     """
     rng = ctx.rng
     n, total = ctx.setting("n"), ctx.setting("samples")

@@ -110,7 +110,9 @@ def mc_loss(ctx):
       steps: a second layer would then not help;
     - the registered steps are not better than the stretched step (paired gap 0).
 
-    Measured, seeds 0-19 (quick, 1e5 prompts per pair): see the docstring's note at the end.
+    Measured, quick profile (5e4 prompts per pair), seeds 0-19: 20/20 pass, worst |z| 2.63 against
+    the threshold 5.29; the controls' smallest z over seeds 59 (one layer's optimum, n = 10) and 21
+    (doubled step, n = 10), expected 60 and 20.
     """
     total = ctx.setting("samples")
     rng = ctx.rng
@@ -228,6 +230,11 @@ def optimum_is_scalar(ctx):
       real-Gaussian pairings;
     - one layer's optimal step ``n/(n+d+1)`` used in both layers, as a minimiser: its exact loss
       against the minimum found.
+
+    Measured, quick profile, seeds 0-19: 20/20 pass; worst relative loss gap 5.0e-14 (tolerance
+    1e-10), Dist(A_l, I) <= 6.3e-8 and step error <= 3.1e-8 (tolerances 1e-6), 29-57 L-BFGS
+    iterations per run; the unconstrained runs land on the same scalar optimum. Controls 0.075,
+    0.289 and 0.176 (relative), against 1e-10.
     """
     rng = ctx.rng
     starts, free_starts = ctx.setting("starts"), ctx.setting("unconstrained_starts")
