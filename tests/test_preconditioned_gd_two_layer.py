@@ -8,7 +8,7 @@ import pytest
 
 import theory
 from theory.registry import ClosedForm
-from verify.flows.two_layer import TwoLayerLoss, moment_tensor, pairings
+from verify.flows.two_layer import TwoLayerLoss, moment_tensor
 from verify.stats import evaluate as _cf
 
 TWO_LAYER = ("preconditioned_gd.two_layer.step_sum", "preconditioned_gd.two_layer.step_product",
@@ -16,11 +16,6 @@ TWO_LAYER = ("preconditioned_gd.two_layer.step_sum", "preconditioned_gd.two_laye
 
 
 # -- moments of S by pairings ----------------------------------------------------------------
-@pytest.mark.parametrize("k", [1, 2, 3, 4])
-def test_pairings_count_is_double_factorial(k):
-    assert len(pairings(tuple(range(2 * k)))) == prod(range(1, 2 * k, 2))
-
-
 @pytest.mark.parametrize("n", [1, 3, 20])
 def test_moments_at_d1_are_chi_square_moments(n):
     """d = 1: S = chi^2_n / n, E S^k = n (n + 2) ... (n + 2k - 2) / n^k (independent of the pairing code)."""

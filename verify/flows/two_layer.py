@@ -40,19 +40,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["moment_tensor", "pairings", "TwoLayerLoss", "minimise", "MinimiserResult"]
-
-
-def pairings(slots: tuple) -> list[list[tuple]]:
-    """All perfect matchings of ``slots`` (an even number of them), each a list of pairs."""
-    if not slots:
-        return [[]]
-    first, rest = slots[0], slots[1:]
-    out = []
-    for j, other in enumerate(rest):
-        for tail in pairings(rest[:j] + rest[j + 1:]):
-            out.append([(first, other)] + tail)
-    return out
+__all__ = ["moment_tensor", "TwoLayerLoss", "minimise", "MinimiserResult"]
 
 
 def _components(k: int, pairing) -> int:
@@ -84,9 +72,11 @@ def moment_tensor(d: int, n: int, k: int, traced: tuple = ()) -> np.ndarray:
     for s, t in traced:
         letters[t] = letters[s]
     out = "".join(letters[s] for s in range(2 * k) if all(s not in pair for pair in traced))
+    from theory.gaussian import perfect_matchings
+
     I = np.eye(d)
     T = 0.0
-    for p in pairings(tuple(range(2 * k))):
+    for p in perfect_matchings(range(2 * k)):
         spec = ",".join(letters[s] + letters[t] for s, t in p) + "->" + out
         T = T + float(n) ** (_components(k, p) - k) * np.einsum(spec, *([I] * k))
     return np.asarray(T)

@@ -17,8 +17,8 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
-from verify.checks.preconditioned_gd.gdpp_haar import haar_orthogonal
 from verify.settings import Setting
+from verify.tasks.in_context_regression import random_orthogonals
 
 HESSIAN = "preconditioned_gd.distorted_view.risk_hessian"
 #: Relative round-off tolerance of the exact identities here (O(1) sums of O(n) products).
@@ -151,7 +151,7 @@ def task_vector(ctx):
              "W^-T W^-1 = Sigma^-1": 0.0}
     printed = np.inf
     for _ in range(samples):
-        U, V = haar_orthogonal(rng, 2, d)
+        U, V = random_orthogonals(rng, 2, d)
         W = U @ np.diag(rng.uniform(0.5, 2.0, d)) @ V.T     # non-symmetric, cond(W) <= 4
         Sigma = W @ W.T
         lam, V = np.linalg.eigh(Sigma)

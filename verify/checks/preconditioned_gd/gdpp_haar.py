@@ -22,14 +22,8 @@ from verify import Control, Outcome, check
 from verify.models.linear_transformer import dist_to_identity
 from verify.settings import Setting
 from verify.stats import batch_mean, chunks, z_threshold
+from verify.tasks.in_context_regression import random_orthogonals
 from verify.tasks.preconditioned_gd import distorted_covariance
-
-
-def haar_orthogonal(rng, batch: int, d: int) -> np.ndarray:
-    """``batch`` Haar-distributed ``d x d`` orthogonal matrices (QR of Gaussian matrices, the columns
-    of ``Q`` multiplied by the signs of ``diag(R)``)."""
-    q, r = np.linalg.qr(rng.standard_normal((batch, d, d)))
-    return q * np.sign(np.diagonal(r, axis1=1, axis2=2))[:, None, :]
 
 
 def _with_trace(rng, d: int, trace: float, left=None, right=None) -> np.ndarray:
@@ -84,7 +78,7 @@ def haar_directions(ctx):
     s = np.trace(mhalf @ S @ half) / d
     est = batch_mean()
     for k in chunks(total, 20_000):
-        U = haar_orthogonal(rng, k, d)
+        U = random_orthogonals(rng, k, d)
         US = half @ U @ mhalf                                 # U_Sigma
         US_inv = half @ np.transpose(U, (0, 2, 1)) @ mhalf    # U_Sigma^{-1} = Sigma^{1/2} U^T Sigma^{-1/2}
         a_dir = np.transpose(US, (0, 2, 1)) @ R @ US
