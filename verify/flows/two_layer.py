@@ -66,14 +66,14 @@ def moment_tensor(d: int, n: int, k: int, traced: tuple = ()) -> np.ndarray:
     ``traced``: pairs of slots (0-based, slot ``2m`` is ``i_{m+1}``, ``2m + 1`` is ``j_{m+1}``) set
     equal and summed, e.g. ``((3, 4),)`` gives ``E[S_{i_1 j_1} (S^2)_{i_2 j_3}]`` for ``k = 3``;
     their axes are left out."""
+    from theory.gaussian import perfect_matchings  # sympy is imported on first use, not with the check modules
+
     if d < 1 or n < 1 or k < 1:
         raise ValueError(f"d, n, k: expected positive integers, got {d}, {n}, {k}")
     letters = list("abcdefghijklmnop"[: 2 * k])
     for s, t in traced:
         letters[t] = letters[s]
     out = "".join(letters[s] for s in range(2 * k) if all(s not in pair for pair in traced))
-    from theory.gaussian import perfect_matchings
-
     I = np.eye(d)
     T = 0.0
     for p in perfect_matchings(range(2 * k)):

@@ -64,7 +64,8 @@ def haar_directions(ctx):
     B-direction also leaves the set S: ``Dist(Sigma^{-1}, I)`` is reported.
 
     Measured, quick profile (2e4 Haar matrices), seeds 0-19: 20/20 pass, worst |z| 2.96 against 5.61;
-    the controls' smallest z 168 (B) and 128 (A).
+    the controls' smallest z 168 (B) and 128 (A). Full profile (1e6), seeds 0-1: 2/2, worst |z| 3.35,
+    controls 2060 and 1610.
     """
     rng = ctx.rng
     total = ctx.setting("samples")

@@ -48,7 +48,8 @@ def eq5_sign(ctx):
       ``Gamma*`` exceeds that at ``-Gamma*`` by ``4 tr(Sigma Gamma*^T Sigma)`` (paired z).
 
     Measured, quick profile (5e4 prompts), seeds 0-19: 20/20 pass, worst |z| 2.31 against 5.23; the
-    controls' smallest z 1470 and 103 (expected 1470 and 101).
+    controls' smallest z 1470 and 103 (expected 1470 and 101). Full profile (1e6 prompts), seeds 0-1:
+    2/2, worst |z| 1.35 against 5.23, controls 6740 and 471.
     """
     rng = ctx.rng
     n, total = ctx.setting("n"), ctx.setting("samples")

@@ -16,8 +16,8 @@ Contains
 ``preconditioned_gd.two_layer.optimum_is_scalar``
     L-BFGS over symmetric ``A_0, A_1`` from random starts on the exact loss lands on
     ``A_l = a_l I`` with the registered steps and loss; unconstrained (non-symmetric) ``A_0, A_1``
-    land there too (a finding: the symmetric optimum is the optimum of all sparse two-layer
-    transformers). Controls: ``f*_2`` at ``n + 1``; the optimum of the planar (Marchenko-Pastur)
+    land there too (a finding: no non-symmetric sparse two-layer transformer the optimiser reaches
+    does better). Controls: ``f*_2`` at ``n + 1``; the optimum of the planar (Marchenko-Pastur)
     moments; one layer's optimal step used in both layers.
 
 References
@@ -234,7 +234,9 @@ def optimum_is_scalar(ctx):
     Measured, quick profile, seeds 0-19: 20/20 pass; worst relative loss gap 5.0e-14 (tolerance
     1e-10), Dist(A_l, I) <= 6.3e-8 and step error <= 3.1e-8 (tolerances 1e-6), 29-57 L-BFGS
     iterations per run; the unconstrained runs land on the same scalar optimum. Controls 0.075,
-    0.289 and 0.176 (relative), against 1e-10.
+    0.289 and 0.176 (relative), against 1e-10. Full profile (20 symmetric and 10 unconstrained starts
+    per (n, d), n = 3 < d = 6 included), seeds 0-1: 2/2 pass, 240 runs, worst gap 4.5e-14, Dist <= 7.6e-8,
+    step error <= 3.1e-8; about 3 s of CPU quick.
     """
     rng = ctx.rng
     starts, free_starts = ctx.setting("starts"), ctx.setting("unconstrained_starts")
