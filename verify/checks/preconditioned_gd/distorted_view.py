@@ -162,7 +162,8 @@ def task_vector(ctx):
         scale = np.max(np.abs(y))
         Winv = np.linalg.inv(W)
         x = W @ xbar
-        worst["<x, W^-T wbar> = y"] = max(worst["<x, W^-T wbar> = y"], np.max(np.abs(x.T @ (Winv.T @ wbar) - y)) / scale)
+        err = np.max(np.abs(x.T @ (Winv.T @ wbar) - y)) / scale
+        worst["<x, W^-T wbar> = y"] = max(worst["<x, W^-T wbar> = y"], err)
         printed = min(printed, np.max(np.abs(x.T @ (S_mhalf @ wbar) - y)) / scale)
         x_sym = S_half @ xbar
         worst["symmetric W: <x, Sigma^-1/2 wbar> = y"] = max(worst["symmetric W: <x, Sigma^-1/2 wbar> = y"],

@@ -96,7 +96,8 @@ def haar_directions(ctx):
     e_pa = float(np.max(np.abs(printed[:na] - want[:na]) / m.se[:na]))
     e_pb = float(np.max(np.abs(printed[na:] - want[na:]) / m.se[na:]))
     return Outcome(
-        measured={"A-direction mean": m.mean[:na].reshape(d, d).tolist(), "B-direction mean": m.mean[na:].reshape(d, d).tolist()},
+        measured={"A-direction mean": m.mean[:na].reshape(d, d).tolist(),
+                  "B-direction mean": m.mean[na:].reshape(d, d).tolist()},
         predicted={"r Sigma^{-1}": (r * Si).tolist(), "s I": (s * I).tolist()},
         discrepancy=float(np.max(np.abs(z))), tolerance=z_crit,
         criterion=(f"max |z| over the {z.size} entries of the two Haar averages ({total} Haar matrices, d = {d}, "

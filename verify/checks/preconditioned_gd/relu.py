@@ -276,6 +276,7 @@ def eq23_dropped_term(ctx):
         criterion=(f"max |z| over {len(zs)} comparisons: Monte Carlo of f_lower(Sigma, D) (App. A.4's definition, "
                    "paired samples) against c tr(Sigma^2) + tr(Sigma D) + tr(D^2) at six (Sigma, D) per (d, n), and "
                    f"the paired gap between D = -I and D = 0; < z_threshold({len(zs)}) = {z_crit:.2f} (family-wise "
-                   f"false alarm 1e-6); {total} samples per (d, n). The true loss is eq. 24 + d = relu.loss for every A"),
+                   f"false alarm 1e-6); {total} samples per (d, n). The true loss is eq. 24 + d = relu.loss for "
+                   "every A"),
         controls=controls, details={"per_config": per},
     )

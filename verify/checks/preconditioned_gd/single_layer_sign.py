@@ -57,7 +57,8 @@ def eq5_sign(ctx):
     d = Sigma.shape[0]
     loss = theory.get(LOSS)
     G = theory.get(OPT)(Sigma=Sigma, n=n)
-    points = {"Gamma*": G, "-Gamma* (mirror)": -G, "Gamma* + Delta": G + rng.standard_normal((d, d)) * (0.2 / np.sqrt(d))}
+    Delta = rng.standard_normal((d, d)) * (0.2 / np.sqrt(d))
+    points = {"Gamma*": G, "-Gamma* (mirror)": -G, "Gamma* + Delta": G + Delta}
     layers = {k: sparse_layers([A]) for k, A in points.items()}
     names = list(points)
     est = batch_mean()
@@ -88,7 +89,8 @@ def eq5_sign(ctx):
                   "paired gaps E(TF + y)^2": dict(zip(names[1:], r.mean[L + 1:].tolist()))},
         predicted={"in_context_loss": derived, "printed (eq. 5)": printed},
         discrepancy=float(np.max(np.abs(z))), tolerance=z_crit,
-        criterion=(f"max |z| over {len(z)} comparisons (n = {n}, d = {d}, Sigma with eigenvalues (1, 1, .25, .0625, 1), "
+        criterion=(f"max |z| over {len(z)} comparisons (n = {n}, d = {d}, Sigma with eigenvalues "
+                   "(1, 1, .25, .0625, 1), "
                    f"w* ~ N(0, I), {total} prompts, paired): E([Z_1] + y_q)^2 at Gamma* and its paired gaps at "
                    "-Gamma* and Gamma* + Delta vs in_context_loss; E(TF + y_q)^2 likewise vs the printed form; "
                    f"< z_threshold({len(z)}) = {z_crit:.2f} (family-wise false alarm 1e-6)"),
@@ -99,5 +101,6 @@ def eq5_sign(ctx):
                           float(z_order), z_crit, expected=float(e_order))],
         details={"Sigma_eigenvalues": np.linalg.eigvalsh(Sigma).tolist(), "prompts": total,
                  "se": r.se.tolist(), "z": z.tolist(),
-                 "printed minus derived at Gamma* (= 4 tr(Sigma Gamma*^T Sigma))": printed[names[0]] - derived[names[0]]},
+                 "printed minus derived at Gamma* (= 4 tr(Sigma Gamma*^T Sigma))":
+                     printed[names[0]] - derived[names[0]]},
     )
