@@ -11,7 +11,8 @@ list [PREFIX] [--json]
     ``{"name", "kind", "doc"}`` per parameter, in call order) instead of the table.
 show ID
     Title, source, status, parameters, the derived expression (pretty-printed and as
-    LaTeX), the paper's printed form and whether it equals the derived one, the erratum,
+    LaTeX), the paper's printed form (or, headed as such, a form worked out from the paper's
+    statement where it prints none) and whether it equals the derived one, the erratum,
     the documentation, the module that defines it, and a runnable example (an ``eval``
     command with its output, and the Python call).
 eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
@@ -317,7 +318,7 @@ def _cmd_show(args, out) -> int:
 
     printed = cf.printed_expr
     if printed is not None:
-        section("Printed in the paper")
+        section(cf.printed_label)
         print(textwrap.indent(pretty(printed), "  "), file=out)
         print(f"\nLaTeX: {cf.latex('printed')}", file=out)
         if args.no_compare:

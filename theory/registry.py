@@ -22,9 +22,12 @@ from typing import Any, Callable
 
 from .params import SCALAR_KINDS, Param, detached_values
 
-__all__ = ["ClosedForm", "register", "get", "ids", "records", "import_package", "STATUSES"]
+__all__ = ["ClosedForm", "register", "get", "ids", "records", "import_package", "STATUSES", "PRINTED_ORIGINS"]
 
 STATUSES = ("exact", "asymptotic", "approximate", "heuristic")
+#: Where a record's :attr:`~ClosedForm.printed` form comes from: ``paper`` (the paper prints it) or
+#: ``worked`` (worked out by hand from the paper's statement where the paper prints no formula).
+PRINTED_ORIGINS = ("paper", "worked")
 
 
 def import_package(package: str) -> list[str]:
@@ -68,7 +71,15 @@ class ClosedForm:
     derive : callable
         ``derive() -> sympy expression``; the derivation (cached in :attr:`expr`).
     printed : callable or None
-        ``printed() -> sympy expression``: the paper's form, where the paper prints one.
+        ``printed() -> sympy expression``: the paper's form, where the paper prints one (or, with
+        ``printed_origin="worked"``, a form worked out by hand from the paper's statement).
+    printed_origin : str
+        ``paper`` (default): :attr:`printed` is the form the paper prints. ``worked``: the paper
+        prints no formula (e.g. Theorem 2 of Ahn et al. 2023 states no step sizes) and
+        :attr:`printed` is a form worked out by hand from its statement; it is compared with the
+        derivation like a printed form, but ``python -m theory show``, the README's coverage table
+        and the errata page label it as worked, not as the paper's (:attr:`printed_label`). A
+        worked form carries no erratum: a mismatch would be a slip of the worked form, not of the paper.
     stable : callable or None
         ``stable() -> sympy expression``: a rewrite of the derived form used for numerics
         (finite at extreme parameters); proved equal to :attr:`expr` by the tests.
@@ -123,6 +134,7 @@ class ClosedForm:
     example: dict | None = None
     doc: str = ""
     erratum: str = ""
+    printed_origin: str = "paper"
     _fns: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -132,6 +144,16 @@ class ClosedForm:
             raise ValueError(f"output: expected scalar, matrix or vector, got {self.output!r}")
         if self.length is not None and self.output != "vector":
             raise ValueError("length: only a vector output can be trimmed")
+        if self.printed_origin not in PRINTED_ORIGINS:
+            raise ValueError(f"printed_origin: expected one of {PRINTED_ORIGINS}, got {self.printed_origin!r}")
+        if self.printed_origin == "worked" and (self.printed is None or self.erratum):
+            raise ValueError("printed_origin: a worked form needs a printed form and carries no erratum")
+
+    @property
+    def printed_label(self) -> str:
+        """How :attr:`printed` is presented: ``Printed in the paper``, or for a form worked out from
+        the paper's statement (``printed_origin="worked"``) ``Worked form (not printed in the paper)``."""
+        return "Printed in the paper" if self.printed_origin == "paper" else "Worked form (not printed in the paper)"
 
     # -- symbolic -----------------------------------------------------------------
     @cached_property

@@ -71,6 +71,9 @@ def paper_page(topic: str) -> str:
             if r.erratum:
                 out += ["**As printed in the paper (differs):**", "", "$$", _latex(r, "printed"), "$$", "",
                         f"**Erratum:** {r.erratum}", ""]
+            elif r.printed_origin == "worked":
+                out += ["The paper prints no formula for this; a form worked out from its statement is proved equal "
+                        "to the derivation (`symbolic_printed_forms`).", ""]
             else:
                 out += ["The paper's printed form is proved equal to the derivation "
                         "(`symbolic_printed_forms`).", ""]

@@ -4,6 +4,8 @@ Modules
 -------
 Every module here is imported by the registry on first use (see :mod:`theory.papers`).
 
+:mod:`~theory.preconditioned_gd.distorted_view`
+    The least-squares risk of one prompt and its Hessian (Ahn, Cheng, Daneshmand, Sra 2023, §4.2).
 :mod:`~theory.preconditioned_gd.forward`
     Forward-pass identities in moment form: eq. 13, the single-layer loss of any (P, Q) (eqs.
     14-15), the label row and the context covariance through L layers (Lemmas 5-6, eqs. 25, 34, 57).
@@ -33,10 +35,11 @@ PAPER = Paper(authors=("Ahn", "Cheng", "Daneshmand", "Sra"), year=2023,
               names=("Ahn, Kwangjun", "Cheng, Xiang", "Daneshmand, Hadi", "Sra, Suvrit"),
               booktitle="Advances in Neural Information Processing Systems 36 (NeurIPS 2023)")
 
-#: The symbols of this paper: Sigma (and Lambda, M, A, P of the merged-model correspondence) are
-#: D x D; L, R, d, n, s are counts; the step sizes a_l, b_l, c_l are real of either sign. The
-#: forward identities (:mod:`.forward`): the context covariance S, the layer blocks A_x, A_l, B, B_l
-#: (D x D), the prompt's w, x_q and the blocks b_x, a_y (columns), the label-label entry b_y (real).
+#: The symbols of this paper: Sigma, S (the empirical covariance of a prompt's context) and Lambda,
+#: M, A, P of the merged-model correspondence are D x D; L, R, d, n, s are counts; the step sizes
+#: a_l, b_l, c_l are real of either sign. The forward identities (:mod:`.forward`): the layer blocks
+#: A_x, A_l, B, B_l (D x D), the prompt's w, x_q and the blocks b_x, a_y (columns), the label-label
+#: entry b_y (real).
 SYMBOLS = Symbols(matrices=("Lambda", "Sigma", "M", "A", "P", "S", "A_x", "B", "A_0", "A_1", "A_2", "B_0", "B_1"),
                   vectors=("w", "x_q", "b_x", "a_y"), integers=("L", "R", "d", "n", "s"),
                   nonnegative=("t",), reals=("b_y",) + tuple(f"{x}_{l}" for x in "abc" for l in range(8)))
