@@ -99,19 +99,11 @@ def _stat_se(theta, batches, key):
 
 
 def _gauss_rho(T, trW, trW2, lam):
-    """The Gaussian approximation with Lemma 1's exact moments (localization.rho.gaussian) at i = 1..T."""
-    from verify.checks.localization.rho import finite_T_moments
-
-    mu, v, _, _ = finite_T_moments(T, trW, trW2, lam)
-    return _interval(mu, v)
-
-
-def _interval(mu, v):
-    """P(N(mu, v) in [0, 1]) (R2, the integral of localization.rho.gaussian) for arrays."""
-    from scipy.special import ndtr
-
-    s = np.sqrt(v)
-    return ndtr((1 - mu) / s) - ndtr(-mu / s)
+    """``localization.rho.gaussian`` (R2 with Lemma 1's exact moments) at i = 1..T, through its emitted
+    numpy function (positional: i, T, trW, trW2, temperature, D)."""
+    theory.get("localization.rho.gaussian")(i=T, T=T, trW=trW, trW2=trW2, temperature=lam)  # validates
+    fn = theory.get("localization.rho.gaussian").function("numpy")
+    return np.asarray(fn(np.arange(1, T + 1, dtype=float), T, trW, trW2, lam, 1), float)
 
 
 def _binomial_se(rho, n):
