@@ -335,15 +335,14 @@ def fig3(ctx):
     claims_ok = worst_c <= 0 and worst_mc <= 0
     tc, _ = _thin(grid, grid, 256)
     tt = _thin(th, th)[0]
-    figures = {"fig3": lines(f"Fig. 3 redone: rho(theta), W_QK = eta I at d = xi^2 (corrected eq. 6; Monte Carlo, "
-                             f"T = {T})",
+    figures = {"fig3": lines(f"Fig. 3 redone: W_QK = eta I, d = xi^2, T = {T}",
                              "theta = i/T", "rho(theta)",
                              [s for xi, eta in FIG3 for s in (
                                  series(f"xi = {xi:g}, eta = {eta:g} (xi eta = {xi * eta:g}): corrected eq. 6", tc,
                                         cont(theta=tc, xi=xi, eta=eta)),
                                  series(f"xi = {xi:g}, eta = {eta:g}: Monte Carlo (d = {xi * xi:.0f})", tt,
                                         _thin(th, curves[(xi, eta)])[1], style="o"))]),
-               "d_sweep": lines("rho(theta) at xi eta = 5.12 as d grows (W_QK = eta I, xi = sqrt(d))", "theta = i/T",
+               "d_sweep": lines("rho(theta) at xi eta = 5.12 as d grows (xi = sqrt(d))", "theta = i/T",
                                 "rho(theta)",
                                 [s for key in sweep[::2] for s in (
                                     series(f"d = {key[0]**2:.0f}: corrected eq. 6", tc,
