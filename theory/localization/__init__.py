@@ -15,6 +15,9 @@ Every module here is imported by the registry on first use (see :mod:`theory.pap
     Gaussian moments with a mean: Lemma 3 of Bao, Hataya, Karakida 2024 (App. A, eqs. 11-14).
 :mod:`~theory.localization.locater`
     The LOCATER regulariser and its gradients (Bao, Hataya, Karakida 2024, Sec. 6).
+:mod:`~theory.localization.orders`
+    The factors of the order evaluation of the QK-gradient (Bao, Hataya, Karakida 2024, App.
+    B.2).
 :mod:`~theory.localization.random_walk`
     Random-walk tokens and their moments (Bao, Hataya, Karakida 2024, §2, Assumption 1, Lemma 4,
     eq. 22).
@@ -41,6 +44,7 @@ PAPER = Paper(authors=("Bao", "Hataya", "Karakida"), year=2024,
 SYMBOLS = Symbols(matrices=("Sigma", "W_Q", "W_K", "W_QK"), vectors=("mu", "a_vec"),
                   integers=("T", "d", "i"), reals=("xi", "trW"),
                   latex={"trW": r"(\operatorname{tr} W)", "trW2": r"\operatorname{tr}(W^{2})",
+                         "trP": r"(\operatorname{tr} P)", "trP2": r"\operatorname{tr}(P^{2})",
                          "sigma_max": r"\sigma_{\max}", "sigma_min": r"\sigma_{\min}", "a_vec": r"\boldsymbol{a}",
                          "temperature": r"\mathrm{temperature}"})
 #: ``sym(name)``: the sympy object of a name in this topic (modules: ``from . import sym``).

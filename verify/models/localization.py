@@ -31,6 +31,8 @@ linearised_coefficients   ``u``, ``Gamma``, ``gamma~_0`` of the clipped-linear s
 clipped_linear_loss       per-sample loss of the clipped-linear model (numpy or torch)
 qk_gradient               eq. 3 per sample, ``form="corrected"`` (P restored) or ``"printed"``
 qk_gradient_expansion     the index sums (19)-(21) of App. B.1, per sample
+qk_gradient_terms         the terms (19)-(21) per sample in O(d T) memory (long sequences), and
+                          (19) restricted to its alpha = i, beta = j summands (Sec. 3)
 eigenspectrum             ``tr W_QK / d``, eq.-8 variance of the symmetric part, ``||W_QK||_F^2``
 locater_penalty           kappa1 ||W_QK||_F^2 + kappa2 (tr W_QK - 1)^2 (torch)
 SelfAttentionLM           the torch language model
@@ -52,7 +54,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["FORMS", "SelfAttentionLM", "noisy_walk", "train_language_model", "attention_entropy",
            "clipped_linear_loss", "eigenspectrum", "linearised_coefficients", "locater_penalty", "qk_gradient",
-           "qk_gradient_expansion", "signal_propagation_frequency"]
+           "qk_gradient_expansion", "qk_gradient_terms", "signal_propagation_frequency"]
 
 FORMS = ("corrected", "printed")
 
@@ -185,6 +187,40 @@ def qk_gradient_expansion(X, y, W_QK, W_V, W_F, temperature):
     r = np.einsum("bdi,df,bf->bi", X, (W_F @ W_V).T, xT @ W_F.T - y)  # x_i^T W_V^T W_F^T (W_F x_T - y)
     t21 = np.einsum("bai,bi,bda,be->bde", G, r, X, xT) / lam
     return t19, t20, t21
+
+
+def qk_gradient_terms(X, y, W_QK, W_V, W_F, temperature):
+    """The three terms (19), (20), (21) of the corrected eq. 3 per sample, and (19) restricted to
+    the summands with ``alpha = i`` and ``beta = j`` (Sec. 3's "dominant" summands ``gamma~^i_i``),
+    each ``(B, d, d)``, without forming the ``T x T`` matrices ``Gamma`` and ``P``.
+
+    ``X Gamma = (X - xbar 1^T) diag(1{u in [0, 1]}) / T`` (``xbar`` the mean token) and
+    ``Gamma^T omega = 1{u in [0, 1]} (u - 1/T)``; ``P v = X^T W_V^T W_F^T W_F W_V X v`` is applied
+    as two products with ``X``. The restriction keeps ``gamma~^i_i = 1/T - 1/T^2`` on the
+    diagonal of ``Gamma`` and drops its off-diagonal ``-1/T^2``. Agrees with
+    :func:`qk_gradient` (``terms=True``) to round-off.
+
+    Returns
+    -------
+    t19, t20, t21, t19_diagonal : arrays (B, d, d)
+    """
+    X, y, W_QK, W_V, W_F, lam = _inputs(X, y, W_QK, W_V, W_F, temperature)
+    T = X.shape[2]
+    xT = X[:, :, -1]
+    omega = _omega(X, W_QK, lam)
+    u = omega / T - omega.sum(axis=1, keepdims=True) / T**2 + 1.0 / T
+    inside = ((u >= 0) & (u <= 1)).astype(float)
+    gamma0 = np.where(inside > 0, 1.0 / T, np.where(u > 1, 1.0, 0.0))
+    V = np.einsum("de,bet->bdt", W_F @ W_V, X)                      # W_F W_V X
+
+    def P(v):                                                        # X^T W_V^T W_F^T W_F W_V X v
+        return np.einsum("bdt,bd->bt", V, np.einsum("bdt,bt->bd", V, v))
+
+    XG = (X - X.mean(axis=2, keepdims=True)) * (inside / T)[:, None, :]
+    diag = inside * (1.0 / T - 1.0 / T**2)                           # gamma~^i_i
+    q = np.einsum("bdt,bd->bt", V, xT @ W_F.T - y)
+    pairs = ((XG, P(inside * (u - 1.0 / T))), (XG, P(gamma0)), (XG, q), (X * diag[:, None, :], P(diag * omega)))
+    return tuple(np.einsum("bdt,bt,be->bde", A, v, xT) / lam for A, v in pairs)
 
 
 # =====================================================================================
