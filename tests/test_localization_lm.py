@@ -9,12 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import theory  # noqa: E402
-from verify.models.localization_lm import (  # noqa: E402
-    PostLNTransformerLM,
-    evaluate,
-    rho_frequency,
-    train_locater_lm,
-)
+from verify.models.localization import signal_propagation_frequency  # noqa: E402
+from verify.models.localization_lm import PostLNTransformerLM, evaluate, train_locater_lm  # noqa: E402
 from verify.tasks.text_corpus import Corpus  # noqa: E402
 
 
@@ -59,12 +55,12 @@ def test_bad_model_arguments_raise_naming_them():
                          kappa2=-1.0)
 
 
-def test_rho_frequency_counts_u_in_the_unit_interval():
+def test_signal_propagation_frequency_counts_u_in_the_unit_interval():
     # u_i = omega_i / T - sum omega / T^2 + 1 / T is in [0, 1] iff omega_i - mean(omega) in [-1, T - 1]
     omega = torch.tensor([[0.0, 0.0, 0.0, 0.0], [-3.0, 1.0, 1.0, 1.0], [10.0, 0.0, 0.0, 0.0]])
     # row 2: mean 0, deviations (-3, 1, 1, 1); row 3: mean 2.5, deviations (7.5, -2.5, -2.5, -2.5)
-    torch.testing.assert_close(rho_frequency(omega), torch.tensor([1 / 3, 2 / 3, 2 / 3, 2 / 3]))
-    assert torch.all(rho_frequency(torch.zeros(5, 7)) == 1)
+    torch.testing.assert_close(signal_propagation_frequency(omega), torch.tensor([1 / 3, 2 / 3, 2 / 3, 2 / 3]))
+    assert torch.all(signal_propagation_frequency(torch.zeros(5, 7)) == 1)
 
 
 def test_training_is_deterministic_and_records_the_statistics():

@@ -36,8 +36,8 @@ qk_gradient_expansion     the index sums (19)-(21) of App. B.1, per sample
 eigenspectrum             ``tr W_QK / d``, eq.-8 variance of the symmetric part, ``||W_QK||_F^2``
 locater_penalty           kappa1 ||W_QK||_F^2 + kappa2 (tr W_QK - 1)^2 (torch)
 SelfAttentionLM           the torch blocks of Sec. 2 (no embedding, no layer norm)
-attention_entropy         Shannon entropies of causal attention rows
-signal_propagation_frequency  Fig. 7's batch frequency of ``u_i in [0, 1]``
+attention_entropy         Shannon entropy of each causal attention row
+signal_propagation_frequency  Fig. 7's batch frequency of ``u_i in [0, 1]`` from last-query logits
 """
 
 from __future__ import annotations
@@ -217,24 +217,21 @@ def locater_penalty(W_Q, W_K, kappa1: float, kappa2: float):
 
 
 def attention_entropy(A):
-    """Shannon entropies (nats) of causal attention rows ``A`` (B, T, T), row t over keys s <= t.
-
-    Returns ``(last, all)``: the last query's entropy averaged over the batch, and the
-    average over the batch and all T queries.
-    """
-    ent = -torch.special.xlogy(A, A).sum(dim=-1)                      # (B, T); 0 log 0 = 0
-    return ent[:, -1].mean(), ent.mean()
+    """Shannon entropy (nats) of each causal attention row of ``A`` (B, T, T), row ``t`` over the keys
+    ``s <= t`` (``0 log 0 = 0``): shape (B, T). Its mean over the rows is the attention entropy of
+    Zhai et al. that Sec. 7 monitors."""
+    return -torch.special.xlogy(A, A).sum(dim=-1)
 
 
-def signal_propagation_frequency(X, W_QK, temperature):
-    """Batch frequency of ``u_i in [0, 1]`` (Fig. 7's estimate of rho_i), shape ``(T,)``.
-
-    ``X`` (B, d, T) is the attention input, ``omega = X^T W_QK x_T / temperature``.
-    """
-    omega = (X.transpose(1, 2) @ (W_QK @ X[:, :, -1:])).squeeze(-1) / temperature
-    T = X.shape[-1]
-    u = omega / T - omega.sum(dim=1, keepdim=True) / T**2 + 1.0 / T
-    return ((u >= 0) & (u <= 1)).to(X.dtype).mean(dim=0)
+def signal_propagation_frequency(omega):
+    """Fig. 7's estimate of rho_i: the fraction of the batch with ``u_i = omega_i / T -
+    sum_j omega_j / T^2 + 1 / T`` in ``[0, 1]`` (Definition 1), from the last query's logits
+    ``omega`` (B, T) (``X^T W_QK x_T / lambda`` for the block of Sec. 2; a trained model's real
+    logits, biases included); shape (T,). ``u_i in [0, 1]`` iff ``omega_i - mean(omega)`` lies in
+    ``[-1, T - 1]``."""
+    T = omega.shape[-1]
+    u = omega / T - omega.sum(dim=-1, keepdim=True) / T**2 + 1.0 / T
+    return ((u >= 0) & (u <= 1)).to(omega.dtype).mean(dim=0)
 
 
 class SelfAttentionLM(nn.Module if nn is not None else object):

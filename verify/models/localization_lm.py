@@ -24,17 +24,17 @@ not say how several layers are treated); its statistics are read from the first 
 paper does for its deeper models (App. D). The attention logit of query ``t`` and key ``s`` is
 ``x_t^T W_QK x_s / lambda`` plus the bias terms.
 
-The signal-propagation frequency of Fig. 7 (:func:`verify.models.localization.signal_propagation_frequency`
-for the model of Sec. 2) is computed here from the first layer's real logits ``omega`` of the last
-query: ``u_i = omega_i / T - sum_j omega_j / T^2 + 1 / T`` and ``rho_i`` = the batch frequency of
-``u_i in [0, 1]`` (Definition 1, Sec. 7).
+The statistics of Sec. 7 come from :mod:`verify.models.localization`: the attention entropy
+(:func:`~verify.models.localization.attention_entropy`), the eigenspectrum of ``W_QK``
+(:func:`~verify.models.localization.eigenspectrum`) and Fig. 7's ``rho_i``
+(:func:`~verify.models.localization.signal_propagation_frequency`), here from the first block's
+real logits ``omega`` of the last query (biases included).
 
 Contents
 --------
 PostLNTransformerLM       the model
 train_locater_lm          Adam(W) training on a :class:`verify.tasks.text_corpus.Corpus`, with records
 evaluate                  cross-entropy (nats) and perplexity on windows of a split
-rho_frequency             the Fig. 7 estimate from last-query logits
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import numpy as np
 
 from .. import validate
 from ..tasks.text_corpus import eval_windows, sample_windows
-from .localization import eigenspectrum, locater_penalty
+from .localization import attention_entropy, eigenspectrum, locater_penalty, signal_propagation_frequency
 
 try:
     import torch
@@ -53,10 +53,7 @@ try:
 except ImportError:  # pragma: no cover
     torch = nn = None
 
-__all__ = ["PostLNTransformerLM", "train_locater_lm", "evaluate", "rho_frequency", "ADAM_LR"]
-
-#: The paper's Adam learning rates (Sec. 7: d = 128; App. D: d = 32).
-ADAM_LR = {128: 2.5e-5, 32: 1e-4}
+__all__ = ["PostLNTransformerLM", "train_locater_lm", "evaluate"]
 
 
 def _sinusoidal(T: int, d: int, dtype) -> "torch.Tensor":
@@ -158,19 +155,6 @@ class PostLNTransformerLM(nn.Module if nn is not None else object):
         return (logits, *first) if return_attention else logits
 
 
-def rho_frequency(omega):
-    """Fig. 7's ``rho_i``: the fraction of the batch with ``u_i = omega_i/T - sum_j omega_j/T^2 + 1/T``
-    in ``[0, 1]``, from the last query's scores ``omega`` (B, T); shape (T,)."""
-    T = omega.shape[-1]
-    u = omega / T - omega.sum(dim=-1, keepdim=True) / T**2 + 1.0 / T
-    return ((u >= 0) & (u <= 1)).to(omega.dtype).mean(dim=0)
-
-
-def _entropy(A):
-    """Shannon entropy (nats) of each causal attention row, (B, T)."""
-    return -torch.special.xlogy(A, A).sum(dim=-1)
-
-
 def evaluate(model, ids, T: int, max_windows: int | None = None, chunk: int = 64) -> dict:
     """The model on the non-overlapping windows of ``ids`` (the first ``max_windows``): mean
     next-token cross-entropy ``ce`` (nats) and ``perplexity = exp(ce)``; the first block's attention
@@ -186,10 +170,10 @@ def evaluate(model, ids, T: int, max_windows: int | None = None, chunk: int = 64
             logits, A, omega = model(xb, return_attention=True)
             nll = nn.functional.cross_entropy(logits.transpose(1, 2), yb, reduction="none")    # (b, T)
             ce_w.append(nll.double().mean(dim=1).cpu())
-            e = _entropy(A).double().cpu()
+            e = attention_entropy(A).double().cpu()
             ent_last.append(e[:, -1])
             ent_all.append(e.mean(dim=1))
-            rho = rho + rho_frequency(omega).cpu().double().numpy() * len(xb)
+            rho = rho + signal_propagation_frequency(omega).cpu().double().numpy() * len(xb)
     ce_w, ent_last, ent_all = (torch.cat(v).numpy() for v in (ce_w, ent_last, ent_all))
     n = len(ce_w)
     ce = float(ce_w.mean())
@@ -232,7 +216,7 @@ def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 12
         if record:
             with torch.no_grad():
                 spec = eigenspectrum(model.qk(0).detach().cpu().double().numpy())
-                e = _entropy(A)
+                e = attention_entropy(A)
                 hist["step"].append(step)
                 hist["ce"].append(float(ce))
                 hist["penalty"].append(float(pen) if reg else 0.0)
@@ -241,7 +225,7 @@ def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 12
                 hist["variance"].append(spec["variance"])
                 hist["entropy_last"].append(float(e[:, -1].mean()))
                 hist["entropy_all"].append(float(e.mean()))
-                hist["rho"].append(rho_frequency(omega.detach()).cpu().double().numpy().tolist())
+                hist["rho"].append(signal_propagation_frequency(omega.detach()).cpu().double().numpy().tolist())
         if step == steps:
             break
         opt.zero_grad()
