@@ -40,10 +40,11 @@ PAPER = Paper(authors=("Bao", "Hataya", "Karakida"), year=2024,
               booktitle="Proceedings of the 41st International Conference on Machine Learning (PMLR 235)")
 
 #: The symbols of this paper: Sigma and the query/key matrices are D x D, mu and a_vec columns;
-#: T, d, i are counts and positions; xi and tr(W) may be negative.
+#: T, d, i are counts and positions; xi, tr(W) and tr(W_QK) may be negative.
 SYMBOLS = Symbols(matrices=("Sigma", "W_Q", "W_K", "W_QK"), vectors=("mu", "a_vec"),
-                  integers=("T", "d", "i"), reals=("xi", "trW"),
-                  latex={"trW": r"(\operatorname{tr} W)", "trW2": r"\operatorname{tr}(W^{2})",
+                  integers=("T", "d", "i"), reals=("xi", "trW", "trW_QK"),
+                  latex={"trW": r"(\operatorname{tr} W)", "trW_QK": r"(\operatorname{tr} W_{QK})",
+                         "trW2": r"\operatorname{tr}(W^{2})",
                          "trP": r"(\operatorname{tr} P)", "trP2": r"\operatorname{tr}(P^{2})",
                          "sigma_max": r"\sigma_{\max}", "sigma_min": r"\sigma_{\min}", "a_vec": r"\boldsymbol{a}",
                          "temperature": r"\mathrm{temperature}"})
