@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.preconditioned_gd.wishart import matching_counts
 from verify.models.linear_transformer import general_layers, predict, sparse_layers
 from verify.stats import batch_mean, chunks
 from verify.tasks.preconditioned_gd import sample_prompts
@@ -27,9 +26,14 @@ OPT_LOSS = "preconditioned_gd.multi_layer.optimal_loss"
 
 def planar_moments(n: int, d: int, K: int = 6) -> np.ndarray:
     """Wrong model (negative control): only the planar pairings (``r + c = k + 1``), i.e.
-    the Marchenko-Pastur moments at finite ``n, d`` without the real-Gaussian corrections."""
-    return np.array([sum(cnt * d**r * n ** (c - k) for (r, c), cnt in matching_counts(k).items()
-                         if r + c == k + 1) for k in range(1, K + 1)], dtype=float)
+    the Marchenko-Pastur moments at finite ``n, d`` without the real-Gaussian corrections:
+    ``m_k = sum_r N(k, r) d^r n^(1 - r)`` with the Narayana numbers ``N(k, r) = C(k, r) C(k, r - 1) / k``
+    (the planar matchings of :func:`theory.preconditioned_gd.wishart.matching_counts`, equal for
+    ``k <= 6``, tests). ``m_1..m_K``."""
+    from math import comb
+
+    return np.array([sum(comb(k, r) * comb(k, r - 1) // k * d**r * float(n) ** (1 - r) for r in range(1, k + 1))
+                     for k in range(1, K + 1)], dtype=float)
 
 
 def mc_transformer_loss(rng, Sigma, n, A_list, total, task="inverse", B_list=None):

@@ -7,6 +7,9 @@ Contains
 ``preconditioned_gd.gdpp.mc_gradient_full``
     Full (P, Q): GD++ critical points (Theorem 4, L = 2) are not critical for every entry (label-label attention
     [Q_l]_{d+1,d+1}); Theorem 1's optimum (L = 1) is
+``preconditioned_gd.gdpp.mc_optimum``
+    Three GD++ layers at the registered optimum (n = 20 and the paper's n = 10): importance-sampled Monte Carlo of
+    the transformer against optimal_loss; the step ordering and a_l b_l < 0 of §5.1 at the optimum
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.flows.gdpp import GDPP, GDPP_BOX, gdpp_control_z, gdpp_minima, gdpp_scales, projection_on, residual_off
-from verify.models.linear_transformer import sparse_layers
+from verify.models.linear_transformer import general_layers, predict, sparse_layers
 from verify.models.linear_transformer_monte_carlo import (
     D_PAPER,
     N_PAPER,
@@ -24,11 +27,12 @@ from verify.models.linear_transformer_monte_carlo import (
     full_gradient_z,
     mc_transformer_loss,
     per_prompt_gradients,
+    planar_moments,
 )
 from verify.settings import Setting
 from verify.stats import evaluate as _cf
-from verify.stats import z_threshold
-from verify.tasks.preconditioned_gd import distorted_covariance
+from verify.stats import batch_mean, chunks, z_threshold
+from verify.tasks.preconditioned_gd import Prompts, distorted_covariance
 
 
 # -- (d) Theorem 4: GD++ on {A_l = a_l Sigma^{-1}, B_l = b_l I} --------------------------------
@@ -196,4 +200,135 @@ def gdpp_gradient_full(ctx):
                  "L = 1 step": a1, "prompts": total,
                  "reading": "Theorem 4's set is critical inside eq. 11 but not for every entry of "
                             "(P, Q): at L >= 2 the label-label attention entry can lower the loss"},
+    )
+
+
+# -- (f) Theorem 4 at three layers: the GD++ optimum against the transformer ---------------------------
+GDPP_OPT = "preconditioned_gd.gdpp.optimal_loss"
+GDPP_PAR = "preconditioned_gd.gdpp.optimal_parameters"
+#: Stretch factors of the largest eigenvalue of the whitened context covariance (the importance-sampling
+#: mixture, equal weights; the factor 1 keeps every weight below 5).
+TILT = (1.0, 1.4, 2.0, 2.8, 4.0)
+
+
+def _log_density_ratio(lam: np.ndarray, rho: float, n: int, d: int) -> np.ndarray:
+    """``log p(lam) - log p(lam with its largest entry divided by rho)`` for the joint eigenvalue density
+    of ``S_u`` (real Wishart, ``n >= d``): ``p ~ prod lam_i^((n-d-1)/2) exp(-n lam_i / 2) prod_{i<j}
+    |lam_i - lam_j|``; ``inf`` where the largest entry divided by ``rho`` falls below the next one (that
+    mixture component cannot produce ``lam``). ``lam`` ascending, shape (B, d)."""
+    top, rest = lam[:, -1], lam[:, :-1]
+    below = top[:, None] / rho - rest
+    ok = np.all(below > 0, axis=1)
+    out = ((n - d - 1) / 2) * np.log(rho) - n * top * (1 - 1 / rho) / 2
+    out = out + np.sum(np.log(top[:, None] - rest), axis=1) - np.sum(np.log(np.where(below > 0, below, 1.0)), axis=1)
+    return np.where(ok, out, np.inf)
+
+
+def tilted_prompts(rng, Sigma, n: int, B: int, tilt=TILT):
+    """Prompts of the Theorem-3/4 data model whose contexts are stretched along their largest principal
+    direction, with the importance weights that make averages unbiased for the original law.
+
+    A white context ``G`` (d x n) is ``U diag(sqrt(n lam)) V^T`` with ``U, V`` Haar and independent of the
+    eigenvalues ``lam`` of ``S_u = G G^T / n``; ``G -> (I + (sqrt(rho) - 1) v v^T) G`` (``v`` the top
+    eigenvector) multiplies the largest eigenvalue by ``rho`` and keeps ``U, V``. With ``rho`` drawn
+    from ``tilt`` (equal probabilities) the new eigenvalues have the density ``q = sum_j p(T_j^{-1} lam) /
+    (|tilt| rho_j)``, and ``p / q`` (:func:`_log_density_ratio`; bounded by ``|tilt|``) is the weight.
+    The covariates are ``C G`` (``Sigma = C C^T``), the query ``C g``, the task ``C^{-T} g'``."""
+    from scipy.special import logsumexp
+
+    d = Sigma.shape[0]
+    rho = np.asarray(tilt, dtype=float)
+    G = rng.standard_normal((B, d, n))
+    lam, vec = np.linalg.eigh(np.einsum("bdi,bei->bde", G, G) / n)
+    j = rng.integers(0, len(rho), B)
+    v = vec[:, :, -1]
+    G = G + ((np.sqrt(rho[j]) - 1)[:, None] * v)[:, :, None] * np.einsum("bd,bdi->bi", v, G)[:, None, :]
+    lam[:, -1] *= rho[j]
+    terms = np.stack([-np.log(len(rho)) - _log_density_ratio(lam, r, n, d) - np.log(r) for r in rho], axis=1)
+    weight = np.exp(-logsumexp(terms, axis=1))
+    C = np.linalg.cholesky(Sigma)
+    X = np.concatenate([np.einsum("ij,bjk->bik", C, G), (rng.standard_normal((B, d)) @ C.T)[:, :, None]], axis=2)
+    w = np.linalg.solve(C.T, rng.standard_normal((B, d)).T).T
+    return Prompts(X=X, w=w), weight, lam
+
+
+@check("preconditioned_gd.gdpp.mc_optimum", covers=[GDPP_OPT, GDPP_PAR, GDPP], method="monte_carlo",
+       title="Three GD++ layers at the registered optimum (Theorem 4, Fig. 3c): the transformer's loss by "
+             "importance-sampled Monte Carlo against optimal_loss, n = 20 and the paper's n = 10",
+       settings=[Setting("samples", "int", quick=100_000, full=2_000_000, low=1000, high=10**9,
+                         doc="sampled prompts per context length")])
+def gdpp_mc_optimum(ctx):
+    """The L = 3 GD++ transformer (eq. 11) with ``A_l = a*_l Sigma^{-1}``, ``B_l = b*_l I`` at the
+    registered optimum, on prompts of the paper's Sigma (random rotation), ``d = 5``, ``n = 20`` (the
+    authors' code) and ``n = 10`` (the paper's §5.1).
+
+    The per-prompt loss is a degree-26 polynomial of the context's Wishart spectrum: its expectation
+    is carried by contexts rarer than 1e-7 (plain Monte Carlo over 1e7 contexts at n = 20 reads
+    0.000899 +- 0.0000015 against 0.000961, z = -41), so a plain z-test is invalid at any affordable
+    size. The contexts are therefore drawn with their largest eigenvalue stretched by a factor from
+    :data:`TILT` and weighted by the exact density ratio (:func:`tilted_prompts`): unbiased, and over
+    40 replications of 5e4 contexts (the exact conditional loss) the z-scores had mean 0.18, sd 0.99
+    (n = 20) and 0.13, 0.74 (n = 10), all |z| < 2.5. Criterion: max |z| of the two weighted means
+    against ``optimal_loss`` (family-wise threshold), and the paper's observations as properties of
+    the registered optimum: ``|a_0| <= |a_1| <= |a_2|`` (observation 2, Fig. 5) and ``a_l b_l < 0``
+    (observation 1) at both n (a margin below 0 counts against the tolerance).
+
+    Controls (expected z: the closed-form gap over the measured s.e.): the other context length's
+    optimum (the paper's n = 10 against the code's N = 20), and the loss at the optimum computed from
+    the planar (Marchenko-Pastur) moments instead of the exact ones."""
+    import sympy as sp
+
+    from theory.preconditioned_gd.gdpp import gdpp_residual
+
+    d, L = D_PAPER, 3
+    total = ctx.setting("samples")
+    Sigma = distorted_covariance(ctx.rng)
+    Si = np.linalg.inv(Sigma)
+    rows, z, parts = {}, [], {}
+    f_star = {n: float(_cf(GDPP_OPT, n=n, d=d, L=L)) for n in (20, 10)}
+    s = sp.Symbol("s")
+    for n in (20, 10):
+        theta = np.asarray(_cf(GDPP_PAR, n=n, d=d, L=L), dtype=float)
+        a, b = theta[:L], theta[L:]
+        P, Q = general_layers([al * Si for al in a], [bl * np.eye(d) for bl in (*b, 0.0)])
+        acc = batch_mean()
+        lam_max = 0.0
+        for size in chunks(total, 20_000):
+            pr, weight, lam = tilted_prompts(ctx.rng, Sigma, n, size)
+            acc.add(weight * (predict(pr.tokens(), P, Q) - pr.target) ** 2)
+            lam_max = max(lam_max, float(lam[:, -1].max()))
+        est = acc.result()
+        z.append(float(est.z(f_star[n])))
+        poly = sp.Poly(sp.expand(gdpp_residual([sp.Float(x, 30) for x in a], [sp.Float(x, 30) for x in b], s) ** 2), s)
+        m_planar = np.concatenate([[d], planar_moments(n, d, poly.degree())])
+        f_planar = float(sum(float(c) * m_planar[k] for (k,), c in poly.terms()))
+        other = f_star[30 - n]
+        rows[f"n={n}"] = {"a": a.tolist(), "b": b.tolist(), "predicted": f_star[n], "measured": float(est.mean),
+                          "se": float(est.se), "z": z[-1], "planar-moment loss": f_planar,
+                          "other n's optimum": other, "largest eigenvalue of S_u sampled": lam_max}
+        violation = max(abs(a[0]) - abs(a[1]), abs(a[1]) - abs(a[2]), 0.0)
+        parts[f"n={n}: |a_0| <= |a_1| <= |a_2| (violation)"] = float(violation)
+        parts[f"n={n}: max a_l b_l (must be < 0)"] = float(np.max(a[:2] * b))
+    z_crit = z_threshold(len(z))
+    ordered = all(v == 0.0 for k, v in parts.items() if "violation" in k)
+    signs = all(v < 0 for k, v in parts.items() if "a_l b_l" in k)
+    zmax = float(np.max(np.abs(z)))
+
+    def control(name, key):
+        stat = max(abs((r["measured"] - r[key]) / r["se"]) for r in rows.values())
+        expected = max(abs(r[key] - r["predicted"]) / r["se"] for r in rows.values())
+        return Control(name, stat, z_crit, expected=expected)
+
+    return Outcome(
+        measured={k: v["measured"] for k, v in rows.items()},
+        predicted={k: v["predicted"] for k, v in rows.items()},
+        discrepancy=zmax, tolerance=z_crit, passed=bool(zmax <= z_crit and ordered and signs),
+        criterion=f"max |z| over the 2 context lengths (d = {d}, L = {L}, Sigma with eigenvalues (1, 1, .25, .0625, "
+                  f"1), random rotation; {total} prompts each, contexts stretched along their top eigenvector by "
+                  f"{TILT} and weighted by the exact eigenvalue-density ratio; per-prompt s.e.) <= z_crit "
+                  "(family-wise false alarm 1e-6); and at both n the registered optimum has |a_0| <= |a_1| <= |a_2| "
+                  "and a_0 b_0, a_1 b_1 < 0",
+        controls=[control("the other context length's optimum (n = 10 vs n = 20)", "other n's optimum"),
+                  control("the loss at the optimum from the planar (Marchenko-Pastur) moments", "planar-moment loss")],
+        details={"cases": rows, "properties": parts, "tilt": TILT, "prompts": total},
     )
