@@ -431,12 +431,13 @@ def test_gdpp_control_box_keeps_the_gradients_away_from_zero():
 @pytest.mark.parametrize("n, d", [(20, 5), (10, 5), (4, 3)])
 def test_four_layers_against_the_exact_hankel_solution(n, d):
     """L = 4 (Fig. 7's deepest point): the optimal loss is d - g^T H^{-1} g solved exactly in sympy
-    rationals from the matching-count moments (k <= 8), the steps are the reciprocal roots of the
-    kernel polynomial found by mpmath at 60 digits, and the loss record at those steps is the optimum.
+    rationals from the moments (k <= 8; the moments themselves are tested above against the matching
+    counts, k <= 7, and the chi-square moments), the steps are the reciprocal roots of the kernel
+    polynomial found by mpmath at 60 digits, and the loss record at those steps is the optimum: the
+    Jacobi-matrix and Christoffel-function path of the records against the Hankel solve.
     n = 20, d = 5: f*_4 = 0.0549526, steps 0.362057, 0.520499, 0.888982, 2.138845."""
     L = 4
-    m = [sp.Integer(d)] + [sp.Rational(sum(c * d**r * n**s for (r, s), c in matching_counts(k).items()), n**k)
-                           for k in range(1, 2 * L + 1)]
+    m = [sp.Rational(x.numerator, x.denominator) for x in exact_moments(n, d, 2 * L)]
     H = sp.Matrix(L, L, lambda i, j: m[i + j + 2])
     g = sp.Matrix(L, 1, lambda i, j: m[i + 1])
     c = -H.LUsolve(g)
@@ -451,16 +452,6 @@ def test_four_layers_against_the_exact_hankel_solution(n, d):
     if (n, d) == (20, 5):
         assert float(f_star) == pytest.approx(0.0549526, abs=5e-8)
         assert np.allclose(steps, [0.362057, 0.520499, 0.888982, 2.138845], atol=6e-7)
-
-
-@pytest.mark.parametrize("n, d", [(20, 5), (1, 1), (10**12, 7)])
-def test_radical_forms_equal_the_record(n, d):
-    """L <= 3: the radical forms (quadratic formula, Viete) equal the record's Jacobi-matrix values."""
-    for L in (1, 2, 3):
-        f = sp.lambdify((ml._sym("n"), ml._sym("d")), list(ml.stable_optimal_steps_of(L)), modules="mpmath")
-        with mpmath.workdps(40):
-            closed = sorted(float(x) for x in f(mpmath.mpf(n), mpmath.mpf(d)))
-        assert np.allclose(_cf(STEPS, n=n, d=d, L=L), closed, rtol=1e-13)
 
 
 def test_optimal_loss_is_decreasing_in_depth_and_exact():
