@@ -27,12 +27,14 @@ from verify.models.linear_transformer_monte_carlo import (
     full_gradient_z,
     mc_transformer_loss,
     per_prompt_gradients,
+    TILT,
     planar_moments,
+    tilted_prompts,
 )
 from verify.settings import Setting
 from verify.stats import evaluate as _cf
 from verify.stats import batch_mean, chunks, z_threshold
-from verify.tasks.preconditioned_gd import Prompts, distorted_covariance
+from verify.tasks.preconditioned_gd import distorted_covariance
 
 
 # -- (d) Theorem 4: GD++ on {A_l = a_l Sigma^{-1}, B_l = b_l I} --------------------------------
@@ -206,52 +208,6 @@ def gdpp_gradient_full(ctx):
 # -- (f) Theorem 4 at three layers: the GD++ optimum against the transformer ---------------------------
 GDPP_OPT = "preconditioned_gd.gdpp.optimal_loss"
 GDPP_PAR = "preconditioned_gd.gdpp.optimal_parameters"
-#: Stretch factors of the largest eigenvalue of the whitened context covariance (the importance-sampling
-#: mixture, equal weights; the factor 1 keeps every weight below 5).
-TILT = (1.0, 1.4, 2.0, 2.8, 4.0)
-
-
-def _log_density_ratio(lam: np.ndarray, rho: float, n: int, d: int) -> np.ndarray:
-    """``log p(lam) - log p(lam with its largest entry divided by rho)`` for the joint eigenvalue density
-    of ``S_u`` (real Wishart, ``n >= d``): ``p ~ prod lam_i^((n-d-1)/2) exp(-n lam_i / 2) prod_{i<j}
-    |lam_i - lam_j|``; ``inf`` where the largest entry divided by ``rho`` falls below the next one (that
-    mixture component cannot produce ``lam``). ``lam`` ascending, shape (B, d)."""
-    top, rest = lam[:, -1], lam[:, :-1]
-    below = top[:, None] / rho - rest
-    ok = np.all(below > 0, axis=1)
-    out = ((n - d - 1) / 2) * np.log(rho) - n * top * (1 - 1 / rho) / 2
-    out = out + np.sum(np.log(top[:, None] - rest), axis=1) - np.sum(np.log(np.where(below > 0, below, 1.0)), axis=1)
-    return np.where(ok, out, np.inf)
-
-
-def tilted_prompts(rng, Sigma, n: int, B: int, tilt=TILT):
-    """Prompts of the Theorem-3/4 data model whose contexts are stretched along their largest principal
-    direction, with the importance weights that make averages unbiased for the original law.
-
-    A white context ``G`` (d x n) is ``U diag(sqrt(n lam)) V^T`` with ``U, V`` Haar and independent of the
-    eigenvalues ``lam`` of ``S_u = G G^T / n``; ``G -> (I + (sqrt(rho) - 1) v v^T) G`` (``v`` the top
-    eigenvector) multiplies the largest eigenvalue by ``rho`` and keeps ``U, V``. With ``rho`` drawn
-    from ``tilt`` (equal probabilities) the new eigenvalues have the density ``q = sum_j p(T_j^{-1} lam) /
-    (|tilt| rho_j)``, and ``p / q`` (:func:`_log_density_ratio`; bounded by ``|tilt|``) is the weight.
-    The covariates are ``C G`` (``Sigma = C C^T``), the query ``C g``, the task ``C^{-T} g'``."""
-    from scipy.special import logsumexp
-
-    d = Sigma.shape[0]
-    rho = np.asarray(tilt, dtype=float)
-    G = rng.standard_normal((B, d, n))
-    lam, vec = np.linalg.eigh(np.einsum("bdi,bei->bde", G, G) / n)
-    j = rng.integers(0, len(rho), B)
-    v = vec[:, :, -1]
-    G = G + ((np.sqrt(rho[j]) - 1)[:, None] * v)[:, :, None] * np.einsum("bd,bdi->bi", v, G)[:, None, :]
-    lam[:, -1] *= rho[j]
-    terms = np.stack([-np.log(len(rho)) - _log_density_ratio(lam, r, n, d) - np.log(r) for r in rho], axis=1)
-    weight = np.exp(-logsumexp(terms, axis=1))
-    C = np.linalg.cholesky(Sigma)
-    X = np.concatenate([np.einsum("ij,bjk->bik", C, G), (rng.standard_normal((B, d)) @ C.T)[:, :, None]], axis=2)
-    w = np.linalg.solve(C.T, rng.standard_normal((B, d)).T).T
-    return Prompts(X=X, w=w), weight, lam
-
-
 @check("preconditioned_gd.gdpp.mc_optimum", covers=[GDPP_OPT, GDPP_PAR, GDPP], method="monte_carlo",
        title="Three GD++ layers at the registered optimum (Theorem 4, Fig. 3c): the transformer's loss by "
              "importance-sampled Monte Carlo against optimal_loss, n = 20 and the paper's n = 10",
@@ -266,16 +222,22 @@ def gdpp_mc_optimum(ctx):
     is carried by contexts rarer than 1e-7 (plain Monte Carlo over 1e7 contexts at n = 20 reads
     0.000899 +- 0.0000015 against 0.000961, z = -41), so a plain z-test is invalid at any affordable
     size. The contexts are therefore drawn with their largest eigenvalue stretched by a factor from
-    :data:`TILT` and weighted by the exact density ratio (:func:`tilted_prompts`): unbiased, and over
-    40 replications of 5e4 contexts (the exact conditional loss) the z-scores had mean 0.18, sd 0.99
+    ``TILT`` and weighted by the exact density ratio
+    (:func:`~verify.models.linear_transformer_monte_carlo.tilted_prompts`): unbiased, and over 40
+    replications of 5e4 contexts (the exact conditional loss) the z-scores had mean 0.18, sd 0.99
     (n = 20) and 0.13, 0.74 (n = 10), all |z| < 2.5. Criterion: max |z| of the two weighted means
     against ``optimal_loss`` (family-wise threshold), and the paper's observations as properties of
     the registered optimum: ``|a_0| <= |a_1| <= |a_2|`` (observation 2, Fig. 5) and ``a_l b_l < 0``
-    (observation 1) at both n (a margin below 0 counts against the tolerance).
+    (observation 1) at both n.
 
-    Controls (expected z: the closed-form gap over the measured s.e.): the other context length's
-    optimum (the paper's n = 10 against the code's N = 20), and the loss at the optimum computed from
-    the planar (Marchenko-Pastur) moments instead of the exact ones."""
+    Controls (expected z: the closed-form gap over the measured s.e., the larger of the two n): the
+    other context length's optimum (the paper's n = 10 against the code's N = 20), and the loss at the
+    optimum computed from the planar (Marchenko-Pastur) moments instead of the exact ones.
+
+    Seeds 0-19 (quick, 1e5 prompts per n, relative s.e. 4.5-4.7 %): 20/20 passed; z at n = 20 mean
+    -0.62 (min -3.29), at n = 10 mean 0.40 (max 1.62); worst discrepancy/tolerance 0.655 (seed 7);
+    controls at least 99.6 (expected 100.2) and 11.9 (expected 10.3) against the threshold 5.03.
+    Median 32 s per seed, measured on the 2-core machine shared under a load average of about 16."""
     import sympy as sp
 
     from theory.preconditioned_gd.gdpp import gdpp_residual
