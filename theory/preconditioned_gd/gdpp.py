@@ -159,7 +159,7 @@ def gdpp_optimum(n: int, d: int, L: int) -> tuple[tuple[float, ...], float]:
     """``(theta*, f*)``: the least local minimum of the exact GD++ loss over ``theta = (a_0..a_{L-1},
     b_0..b_{L-2})`` found by BFGS (analytic gradient, ``gtol = 1e-11``) from :data:`GDPP_STARTS`,
     then polished by Newton steps on the exact gradient (finite-difference Hessian). Deterministic;
-    cost at ``L = 3``: about 1 s per ``(n, d)`` (memoised)."""
+    cost at ``L = 3``: 4 s per ``(n, d)`` measured on a shared 2-core machine under load (memoised)."""
     import numpy as np
     from scipy.optimize import minimize
 
@@ -285,7 +285,7 @@ _OPT_D = index("d", "Covariate dimension.", sample=(5, 5))
 _SEARCH = ("The least local minimum over (a_0..a_{L-1}, b_0..b_{L-2}) of the exact loss, by BFGS (analytic gradient) "
            "from fixed starts (the minima of a 400-start random search at n = 10, 20) and a Newton polish: a strict "
            "local minimum (the infimum of Footnote 3 is attained), global as far as that search shows. Cost: about "
-           "1 s per (n, d) at L = 3 (memoised). ")
+           "4 s per (n, d) at L = 3, measured on a loaded 2-core machine (memoised). ")
 
 register(ClosedForm(
     id="preconditioned_gd.gdpp.optimal_loss",
