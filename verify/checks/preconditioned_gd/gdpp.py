@@ -7,6 +7,9 @@ Contains
 ``preconditioned_gd.gdpp.mc_gradient_full``
     Full (P, Q): GD++ critical points (Theorem 4, L = 2) are not critical for every entry (label-label attention
     [Q_l]_{d+1,d+1}); Theorem 1's optimum (L = 1) is
+``preconditioned_gd.gdpp.mc_optimum``
+    Three GD++ layers at the registered optimum (n = 20 and the paper's n = 10): importance-sampled Monte Carlo of
+    the transformer against optimal_loss; the step ordering and a_l b_l < 0 of §5.1 at the optimum
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.flows.gdpp import GDPP, GDPP_BOX, gdpp_control_z, gdpp_minima, gdpp_scales, projection_on, residual_off
-from verify.models.linear_transformer import sparse_layers
+from verify.models.linear_transformer import general_layers, predict, sparse_layers
 from verify.models.linear_transformer_monte_carlo import (
     D_PAPER,
     N_PAPER,
@@ -24,10 +27,13 @@ from verify.models.linear_transformer_monte_carlo import (
     full_gradient_z,
     mc_transformer_loss,
     per_prompt_gradients,
+    TILT,
+    planar_moments,
+    tilted_prompts,
 )
 from verify.settings import Setting
 from verify.stats import evaluate as _cf
-from verify.stats import z_threshold
+from verify.stats import batch_mean, chunks, z_threshold
 from verify.tasks.preconditioned_gd import distorted_covariance
 
 
@@ -196,4 +202,95 @@ def gdpp_gradient_full(ctx):
                  "L = 1 step": a1, "prompts": total,
                  "reading": "Theorem 4's set is critical inside eq. 11 but not for every entry of "
                             "(P, Q): at L >= 2 the label-label attention entry can lower the loss"},
+    )
+
+
+# -- (f) Theorem 4 at three layers: the GD++ optimum against the transformer ---------------------------
+GDPP_OPT = "preconditioned_gd.gdpp.optimal_loss"
+GDPP_PAR = "preconditioned_gd.gdpp.optimal_parameters"
+@check("preconditioned_gd.gdpp.mc_optimum", covers=[GDPP_OPT, GDPP_PAR, GDPP], method="monte_carlo",
+       title="Three GD++ layers at the registered optimum (Theorem 4, Fig. 3c): the transformer's loss by "
+             "importance-sampled Monte Carlo against optimal_loss, n = 20 and the paper's n = 10",
+       settings=[Setting("samples", "int", quick=100_000, full=2_000_000, low=1000, high=10**9,
+                         doc="sampled prompts per context length")])
+def gdpp_mc_optimum(ctx):
+    """The L = 3 GD++ transformer (eq. 11) with ``A_l = a*_l Sigma^{-1}``, ``B_l = b*_l I`` at the
+    registered optimum, on prompts of the paper's Sigma (random rotation), ``d = 5``, ``n = 20`` (the
+    authors' code) and ``n = 10`` (the paper's §5.1).
+
+    The per-prompt loss is a degree-26 polynomial of the context's Wishart spectrum: its expectation
+    is carried by contexts rarer than 1e-7 (plain Monte Carlo over 1e7 contexts at n = 20 reads
+    0.000899 +- 0.0000015 against 0.000961, z = -41), so a plain z-test is invalid at any affordable
+    size. The contexts are therefore drawn with their largest eigenvalue stretched by a factor from
+    ``TILT`` and weighted by the exact density ratio
+    (:func:`~verify.models.linear_transformer_monte_carlo.tilted_prompts`): unbiased, and over 40
+    replications of 5e4 contexts (the exact conditional loss) the z-scores had mean 0.18, sd 0.99
+    (n = 20) and 0.13, 0.74 (n = 10), all |z| < 2.5. Criterion: max |z| of the two weighted means
+    against ``optimal_loss`` (family-wise threshold), and the paper's observations as properties of
+    the registered optimum: ``|a_0| <= |a_1| <= |a_2|`` (observation 2, Fig. 5) and ``a_l b_l < 0``
+    (observation 1) at both n.
+
+    Controls (expected z: the closed-form gap over the measured s.e., the larger of the two n): the
+    other context length's optimum (the paper's n = 10 against the code's N = 20), and the loss at the
+    optimum computed from the planar (Marchenko-Pastur) moments instead of the exact ones.
+
+    Seeds 0-19 (quick, 1e5 prompts per n, relative s.e. 4.5-4.7 %): 20/20 passed; z at n = 20 mean
+    -0.62 (min -3.29), at n = 10 mean 0.40 (max 1.62); worst discrepancy/tolerance 0.655 (seed 7);
+    controls at least 99.6 (expected 100.2) and 11.9 (expected 10.3) against the threshold 5.03.
+    Median 32 s per seed, measured on the 2-core machine shared under a load average of about 16."""
+    import sympy as sp
+
+    from theory.preconditioned_gd.gdpp import gdpp_residual
+
+    d, L = D_PAPER, 3
+    total = ctx.setting("samples")
+    Sigma = distorted_covariance(ctx.rng)
+    Si = np.linalg.inv(Sigma)
+    rows, z, parts = {}, [], {}
+    f_star = {n: float(_cf(GDPP_OPT, n=n, d=d, L=L)) for n in (20, 10)}
+    s = sp.Symbol("s")
+    for n in (20, 10):
+        theta = np.asarray(_cf(GDPP_PAR, n=n, d=d, L=L), dtype=float)
+        a, b = theta[:L], theta[L:]
+        P, Q = general_layers([al * Si for al in a], [bl * np.eye(d) for bl in (*b, 0.0)])
+        acc = batch_mean()
+        lam_max = 0.0
+        for size in chunks(total, 20_000):
+            pr, weight, lam = tilted_prompts(ctx.rng, Sigma, n, size)
+            acc.add(weight * (predict(pr.tokens(), P, Q) - pr.target) ** 2)
+            lam_max = max(lam_max, float(lam[:, -1].max()))
+        est = acc.result()
+        z.append(float(est.z(f_star[n])))
+        poly = sp.Poly(sp.expand(gdpp_residual([sp.Float(x, 30) for x in a], [sp.Float(x, 30) for x in b], s) ** 2), s)
+        m_planar = np.concatenate([[d], planar_moments(n, d, poly.degree())])
+        f_planar = float(sum(float(c) * m_planar[k] for (k,), c in poly.terms()))
+        other = f_star[30 - n]
+        rows[f"n={n}"] = {"a": a.tolist(), "b": b.tolist(), "predicted": f_star[n], "measured": float(est.mean),
+                          "se": float(est.se), "z": z[-1], "planar-moment loss": f_planar,
+                          "other n's optimum": other, "largest eigenvalue of S_u sampled": lam_max}
+        violation = max(abs(a[0]) - abs(a[1]), abs(a[1]) - abs(a[2]), 0.0)
+        parts[f"n={n}: |a_0| <= |a_1| <= |a_2| (violation)"] = float(violation)
+        parts[f"n={n}: max a_l b_l (must be < 0)"] = float(np.max(a[:2] * b))
+    z_crit = z_threshold(len(z))
+    ordered = all(v == 0.0 for k, v in parts.items() if "violation" in k)
+    signs = all(v < 0 for k, v in parts.items() if "a_l b_l" in k)
+    zmax = float(np.max(np.abs(z)))
+
+    def control(name, key):
+        stat = max(abs((r["measured"] - r[key]) / r["se"]) for r in rows.values())
+        expected = max(abs(r[key] - r["predicted"]) / r["se"] for r in rows.values())
+        return Control(name, stat, z_crit, expected=expected)
+
+    return Outcome(
+        measured={k: v["measured"] for k, v in rows.items()},
+        predicted={k: v["predicted"] for k, v in rows.items()},
+        discrepancy=zmax, tolerance=z_crit, passed=bool(zmax <= z_crit and ordered and signs),
+        criterion=f"max |z| over the 2 context lengths (d = {d}, L = {L}, Sigma with eigenvalues (1, 1, .25, .0625, "
+                  f"1), random rotation; {total} prompts each, contexts stretched along their top eigenvector by "
+                  f"{TILT} and weighted by the exact eigenvalue-density ratio; per-prompt s.e.) <= z_crit "
+                  "(family-wise false alarm 1e-6); and at both n the registered optimum has |a_0| <= |a_1| <= |a_2| "
+                  "and a_0 b_0, a_1 b_1 < 0",
+        controls=[control("the other context length's optimum (n = 10 vs n = 20)", "other n's optimum"),
+                  control("the loss at the optimum from the planar (Marchenko-Pastur) moments", "planar-moment loss")],
+        details={"cases": rows, "properties": parts, "tilt": TILT, "prompts": total},
     )
