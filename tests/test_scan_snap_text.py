@@ -81,3 +81,26 @@ def test_check_statistics():
     assert (m, se, z) == pytest.approx((2.0, 1 / math.sqrt(3), 2 * math.sqrt(3)))
     run = {"entropy_windows": np.arange(20.0).reshape(5, 4)}          # 5 records: the last quarter is 2 records
     np.testing.assert_allclose(attention_text._late(run), [14.0, 15.0, 16.0, 17.0])
+
+
+def test_check_full_profile_code_path_on_a_tiny_setting():
+    # the full profile's path (two layer counts, three replicates with the over-replicate claims, a grid of
+    # three eta) at tiny sizes: it runs and reports every claim and control
+    from verify.registry import get_check, run_check
+
+    chk = get_check("scan_snap.attention.torch_text_sparsity")
+    res = run_check(chk, profile="full", seed=0, settings={
+        "corpus": "pydoc", "vocab": "60", "d": "8", "L": "1,2", "T": "8", "batch": "4", "steps": "16",
+        "eta": "0.5,1,2", "replicates": "3", "eval_windows": "16"})
+    assert res.error is None, res.traceback
+    claims = res.details["claims"]
+    # per replicate: claim 1 per layer count and claim 3 per adjacent pair; then claim 3 over replicates
+    assert len(claims) == 3 * (2 + 2) + 2 and res.details["z_threshold"]["tests"] == len(claims)
+    assert sum(k.startswith("3. over replicates") for k in claims) == 2
+    assert len(res.controls) == 3 * (2 + 1)
+    assert res.discrepancy == sum(not c["holds"] for c in claims.values())
+    rep = res.details["replicates"][0]
+    assert len(rep["L=2"]["entropy"]["text"]) == 17 and set(rep["late_entropy"]) == {"0.5", "1", "2"}
+    for kw, name in (({"eta": "2,1"}, "eta"), ({"steps": "20"}, "steps")):
+        bad = run_check(chk, settings=kw)
+        assert bad.error.startswith(f"ValueError: {name}: "), bad.error
