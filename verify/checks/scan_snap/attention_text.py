@@ -13,8 +13,8 @@
 
 The paper states no numbers for these figures; the claims are its trends, each with a stated
 criterion (``z*`` = :func:`verify.stats.z_threshold` over every z-test the check asserts, false
-alarm 1e-6; every z is paired over the validation windows, the runs sharing initialisation and
-training windows):
+alarm 1e-6; every z is paired over the validation windows, the runs of a replicate sharing their
+initialisation and the positions of their training windows):
 
 1. **Sparse (Fig. 7, asserted).** At the largest ``eta`` (the paper's 5) the validation entropy
    falls by more than a fifth of its initial value: ``d_w = (1 - 0.2) H_w(0) - H_w(end)`` per
@@ -38,7 +38,7 @@ layer's attention), claim 3 with the first (one layer, as App. G); asserted at e
 
 Negative controls, with **shuffled tokens**: the training split randomly permuted (the same
 unigram frequencies, but nothing in a window's context predicts its next token, so the theory
-leaves the attention nothing to learn), the same initialisation and training windows:
+leaves the attention nothing to learn), with the same initialisation and window positions:
 
 * claim 1's test on the shuffled run at the same ``eta`` must fail (``z* - z > 0``): on text the
   entropy falls by 0.54-0.96 nats, on shuffled tokens by -0.07-0.19;
@@ -149,8 +149,8 @@ def _train(ctx, corpus, train_ids, layers: int, eta: float, seed: int):
 
 
 @check("scan_snap.attention.torch_text_sparsity", method="torch", covers=[],
-       title="Figs. 7 and 10 on real text: the lowest layer's attention entropy falls and freezes under SGD at a "
-             "constant learning rate, and ends lower at a larger learning rate (shuffled-token controls)",
+       title="Figs. 7 and 10 on real text: the lowest layer's attention entropy falls under SGD at a constant "
+             "learning rate (its freezing reported) and ends lower at a larger learning rate (shuffled-token controls)",
        settings=[Setting("corpus", "choice", quick="pydoc", full="auto", choices=("pydoc", "wikitext2", "auto"),
                          doc="text: pydoc_data.topics, WikiText-2 (folder in $WIKITEXT2_DIR), or auto (WikiText-2 "
                              "when $WIKITEXT2_DIR is set)"),
@@ -176,8 +176,8 @@ def torch_text_sparsity(ctx):
     if len(etas) < 2 or list(etas) != sorted(set(etas)):
         raise ValueError(f"eta: expected at least two distinct learning rates in ascending order, got {etas}")
     steps = ctx.setting("steps")
-    if steps % 16:
-        raise ValueError(f"steps: expected a multiple of 16 (records every steps/16), got {steps}")
+    if steps % RECORDS:
+        raise ValueError(f"steps: expected a multiple of {RECORDS} (records every steps/{RECORDS}), got {steps}")
     layer_counts = tuple(ctx.setting("L"))
     R = ctx.setting("replicates")
     corpus = _corpus(ctx.setting("corpus"), ctx.setting("vocab"))
