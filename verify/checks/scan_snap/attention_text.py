@@ -137,6 +137,13 @@ def _trend_z(low, high) -> tuple[float, float, float]:
     return _paired_z(_late(low) - _late(high))
 
 
+def _freeze_numbers(run, q: int, steps: int) -> dict:
+    """Claim 2's statistics of one run: phi and the z of the fall over the second half (paired over windows)."""
+    h, W = run["history"], run["entropy_windows"]
+    m, se, z = _paired_z(W[len(W) // 2] - W[-1])
+    return {"phi": _phi(h["step"], h["entropy"], 0, q, steps), "second_half": {"mean": m, "se": se, "z": z}}
+
+
 def _train(ctx, corpus, train_ids, layers: int, eta: float, seed: int):
     import torch
 
@@ -242,6 +249,7 @@ def torch_text_sparsity(ctx):
         md, sed, zd = _paired_z((_late(low) - _late(high)) - (_late(slow) - _late(shigh)))
         controls[f"{tag}the eta effect of claim 3 is the same with shuffled tokens, eta={etas[0]:g} vs {eta7:g} "
                  "(z of the text effect minus the shuffled one, must exceed z*)"] = (zd, zs)
+        numbers["claim2_by_eta"] = {f"{e:g}": _freeze_numbers(runs[("text", L1, e)], q, steps) for e in etas}
         numbers["claim3"] = trend
         numbers["claim3_shuffled"] = {"mean": m, "se": se, "z": z}
         numbers["claim3_text_minus_shuffled"] = {"mean": md, "se": sed, "z": zd}
