@@ -49,12 +49,12 @@ leaves the attention nothing to learn), with the same initialisation and window 
 
 Profiles: quick is a small model on the pydoc corpus: ``d = 32``, one layer, ``T = 32``, batch
 16, vocabulary capped at 500 words, 256 SGD steps at ``eta in {0.5, 5}``, one replicate, 16
-records: four runs (text and shuffled at each ``eta``). It keeps the paper's Fig. 7 rate 5 unscaled:
-with the clipping a step moves the weights by at most ``0.5 eta`` whatever the model's size, a
-larger share of the small model's weights (about 7 % of their norm, against about 1 % at the paper's
-size), which is what lets 256 steps reach the snap. Full is the
-authors' configuration (``d = 200``, ``T = 35``, batch 20, every training word in the vocabulary,
-1 and 3 layers, 5 replicates, ``eta in {0.5, 1, 2, 5}``) for 2000 steps; on WikiText-2
+records: four runs (text and shuffled at each ``eta``). It keeps the paper's Fig. 7 rate 5
+unscaled: with the clipping a step moves the weights by at most ``0.5 eta`` whatever the model's
+size, a larger share of the small model's weights (about 7 % of their norm, against about 1 % at
+the paper's size), which is what lets 256 steps reach the snap. Full is the authors'
+configuration (``d = 200``, ``T = 35``, batch 20, every training word in the vocabulary, 1 and 3
+layers, 5 replicates, ``eta in {0.5, 1, 2, 5}``) for 2000 steps; on WikiText-2
 (``--set corpus=wikitext2`` with ``$WIKITEXT2_DIR``) the paper's 5 epochs are about 15,000 steps
 (``--set steps=15000``). On the 2-core CPU a full run takes hours (about 0.3 s per step at
 ``d = 200`` with the pydoc vocabulary); the reduced full run below is ``d = 64``, vocabulary 1000.
