@@ -3,6 +3,8 @@
 #   make test         install everything, then run the test suite
 #   make docs         install everything, then build the documentation site (warnings are errors)
 #                     and check that each notebook page shows every figure its notebook draws
+#   make check-install  build the sdist and wheel, install the wheel with the core dependencies only
+#                     into a fresh environment and run both command lines there (CI runs it)
 # Every install goes through constraints.txt, the lock file: every package installed, direct
 # and transitive, pinned to one version (torch to its CPU build). Two targets maintain it:
 #   make lock         regenerate constraints.txt (tools/lock.sh): a throwaway environment gets
@@ -20,7 +22,11 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --constraint constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-all test-latest lock verify bench docs clean
+CORE   ?= .venv-core
+DIST   ?= dist
+VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' theory/_version.py)
+
+.PHONY: install test test-all test-latest lock verify bench docs check-install clean
 
 # the example plug-in (a fifth paper as its own package, docs/adding-a-paper.md) is installed too,
 # so that its entry points are real for the tests and the documentation
@@ -68,5 +74,17 @@ docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 	DOCS_HTML=docs/_build/html $(PY) -m pytest -q tests/test_docs.py -k built_site_shows_every_figure
 
+# The package as a user installs it: an sdist and a wheel built from this tree, the wheel installed
+# into a fresh environment with the core dependencies only (no torch, matplotlib, dask, pandas, tqdm),
+# then both command lines run there from outside the source tree (tools/check_install.py: theory
+# fully, verify list, and verify all skipping the checks that need a missing package, with the reason).
+check-install: $(STAMP)
+	rm -rf $(DIST) $(CORE)
+	$(PY) -m build --no-isolation --outdir $(DIST) .
+	$(PYTHON) -m venv $(CORE)
+	$(CORE)/bin/python -m pip install --quiet --constraint constraints.txt --upgrade pip
+	$(CORE)/bin/python -m pip install --quiet --constraint constraints.txt $(DIST)/*.whl
+	cd "$$(mktemp -d)" && $(CURDIR)/$(CORE)/bin/python $(CURDIR)/tools/check_install.py $(VERSION)
+
 clean:
-	rm -rf $(VENV) $(LATEST) verify-report .pytest_cache .hypothesis docs/_build docs/_generated
+	rm -rf $(VENV) $(LATEST) $(CORE) $(DIST) verify-report .pytest_cache .hypothesis docs/_build docs/_generated

@@ -243,3 +243,10 @@ def test_show_names_the_defining_module_and_a_runnable_example(cf_id, capsys):
     params = command.split("--json ", 1)[1].strip("'")
     assert cli.main(["eval", cf_id, "--json", params]) == 0
     assert json.loads(capsys.readouterr().out) == shown
+
+
+def test_show_labels_a_worked_form_as_not_the_papers():
+    proc = run("show", "preconditioned_gd.two_layer.optimal_loss")
+    assert proc.returncode == 0, proc.stderr
+    assert "Worked form (not printed in the paper)" in proc.stdout
+    assert "Printed in the paper" not in proc.stdout

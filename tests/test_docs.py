@@ -33,6 +33,23 @@ def test_paper_page_lists_every_closed_form_with_its_checks(topic):
         assert f"## `{id}`" in page, id
     assert "**Checked by:** none" not in page
     assert page.count("**Checked by:**") == len(ids)
+    paper = PAPERS[topic]  # the paper is linked and citable from its page
+    assert paper.link and paper.link in page.split("## ")[0]
+    assert paper.bibtex() in page
+
+
+def test_the_four_papers_are_linked_and_cite_as_bibtex():
+    import re
+
+    for topic, arxiv in {"linear_attention": "2501.16265", "preconditioned_gd": "2306.00297",
+                         "localization": "2402.02098", "scan_snap": "2305.16380"}.items():
+        paper = PAPERS[topic]
+        assert paper.arxiv == arxiv and paper.link == f"https://arxiv.org/abs/{arxiv}"
+        entry = theory.bibtex(f"{topic}.anything")
+        assert entry.startswith(f"@inproceedings{{{paper.key},") and entry.endswith("}")
+        assert f"eprint = {{{arxiv}}}" in entry and entry.count("{") == entry.count("}")
+        authors = re.search(r"author = \{(.*)\},", entry).group(1).split(" and ")
+        assert [a.split(",")[0] for a in authors] == list(paper.authors)
 
 
 def test_every_module_has_an_api_page():

@@ -237,3 +237,18 @@ BAD_INPUTS = [
 def test_bad_input_raises_value_error_naming_parameter(name, call):
     with pytest.raises(ValueError, match=rf"^{name}:"):
         call()
+
+
+def test_random_orthogonals_are_orthogonal_and_haar_on_average():
+    """A batch of Haar matrices: each orthogonal; E[U^T M U] = (tr M / D) I (the Haar second moment)."""
+    from verify.tasks.in_context_regression import random_orthogonals
+
+    rng = np.random.default_rng(5)
+    U = random_orthogonals(rng, 20_000, 3)
+    assert U.shape == (20_000, 3, 3)
+    np.testing.assert_allclose(np.einsum("bji,bjk->bik", U, U), np.broadcast_to(np.eye(3), U.shape), atol=1e-12)
+    M = np.diag([3.0, 0.0, 0.0])
+    avg = np.einsum("bji,jk,bkl->il", U, M, U) / len(U)
+    np.testing.assert_allclose(avg, np.eye(3), atol=0.05)          # s.e. of each entry ~ 0.01
+    with pytest.raises(ValueError, match="batch"):
+        random_orthogonals(rng, 0, 3)

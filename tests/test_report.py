@@ -250,3 +250,77 @@ def test_log_axis_labels_are_matplotlibs_in_plain_text():
             ax.figure.canvas.draw()
             labels[kind] = [bool(t.get_text()) for t in ax.yaxis.get_ticklabels(which="both")]
         assert labels["plain"] == labels["matplotlib"] and any(labels["plain"])
+
+
+def test_errata_section_lists_only_what_the_run_decided(tmp_path):
+    # a run of checks that cover no erratum carries no erratum; a skipped check decides nothing
+    plain = [result("topic_a.part.plain", covers=["linear_attention.data.lambda_hat_sq"]),
+             result("topic_b.other.torch", details={"skipped": "needs torch"}, passed=False,
+                    discrepancy=float("nan"), tolerance=float("nan"))]
+    report.write_report(plain, tmp_path / "a", profile="quick", seed=0, device="cpu", seconds=0.0)
+    errata = (tmp_path / "a" / "report.md").read_text().split("## Errata", 1)[1]
+    assert "###" not in errata and "not run" not in errata
+    report.write_report(synthetic(), tmp_path / "b", profile="quick", seed=0, device="cpu", seconds=0.0)
+    errata = (tmp_path / "b" / "report.md").read_text().split("## Errata", 1)[1]
+    assert errata.count("\n### ") == 1 and f"`{ERRATUM_ID}`" in errata and "not run" not in errata
+
+
+def _drawn_lines(spec):
+    """Draw a lines spec as the report does; return the axes."""
+    from matplotlib.figure import Figure
+
+    fig = report._lines(spec, Figure)
+    fig.canvas.draw()
+    return fig.axes[0]
+
+
+def test_every_figure_kind_draws_a_legend_entry_per_visible_curve(tmp_path):
+    # each figure kind rendered once: the legend names exactly the labelled series, each entry's
+    # artist is drawn with finite points inside the axes, one condition's theory and simulation
+    # share a colour, and a curve lying on another says so in its legend entry
+    pytest.importorskip("matplotlib")
+    import numpy as np
+    from matplotlib.colors import to_rgba
+
+    t = np.linspace(0.0, 3.0, 20)
+    spec = {"kind": "lines", "title": "groups", "xlabel": "t", "ylabel": "loss", "yscale": "log",
+            "series": [{"label": "ODE, w=0.1", "x": t.tolist(), "y": np.exp(-t).tolist(), "style": "o", "group": "0.1"},
+                       {"label": "eq. 10, w=0.1", "x": t.tolist(), "y": np.exp(-t).tolist(), "group": "0.1"},
+                       {"label": "ODE, w=0.01", "x": t.tolist(), "y": np.exp(-2 * t).tolist(), "style": "o",
+                        "group": "0.01"},
+                       {"label": "eq. 10, w=0.01", "x": t.tolist(), "y": np.exp(-2 * t).tolist(), "group": "0.01"},
+                       {"label": "printed, w=0.01", "x": t.tolist(), "y": (np.exp(-2 * t) * 1.0005).tolist(),
+                        "style": "--", "group": "0.01"},
+                       {"label": "level", "x": [0.0, 3.0], "y": [0.2, 0.2], "style": ":", "color": "gray"},
+                       {"label": None, "x": [0.0, 3.0], "y": [0.1, 0.1], "style": ":", "color": "gray"}]}
+    ax = _drawn_lines(spec)
+    lines = ax.get_lines()
+    handles, labels = ax.get_legend_handles_labels()
+    assert labels == ["ODE, w=0.1", "eq. 10, w=0.1", "ODE, w=0.01", "eq. 10, w=0.01",
+                      "printed, w=0.01 (on 'eq. 10, w=0.01')", "level"]
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == labels
+    x0, x1 = ax.get_xlim()
+    y0, y1 = ax.get_ylim()
+    for h in handles:
+        assert h in lines and h.get_visible()
+        x, y = (np.asarray(v, dtype=float) for v in h.get_data())
+        inside = np.isfinite(x) & np.isfinite(y) & (x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)
+        assert inside.any(), h.get_label()
+        assert h.get_linestyle() not in ("None", "none", "") or h.get_marker() not in ("None", "none", "", None)
+    colour = {ln.get_label(): to_rgba(ln.get_color()) for ln in lines}
+    assert colour["ODE, w=0.1"] == colour["eq. 10, w=0.1"] != colour["ODE, w=0.01"]
+    assert colour["ODE, w=0.01"] == colour["printed, w=0.01 (on 'eq. 10, w=0.01')"]
+    on_top = next(ln for ln in lines if ln.get_label().startswith("printed"))
+    assert on_top.get_zorder() > lines[3].get_zorder()
+    # heat maps: one panel per matrix, each titled, and the figure writes both formats
+    heat = {"kind": "heatmaps", "title": "M", "panels": [{"label": "measured", "matrix": [[1.0, 0.5], [0.5, 2.0]]},
+                                                          {"label": "predicted", "matrix": [[1.0, 0.4], [0.4, 2.0]]}]}
+    from matplotlib.figure import Figure
+
+    fig = report._heatmaps(heat, Figure)
+    titled = [a.get_title() for a in fig.axes if a.get_title()]
+    assert titled == ["measured", "predicted"]
+    files = report.draw_figure(heat)
+    assert set(files) == set(report.FIGURE_FORMATS) and all(files.values())
+    assert set(report.draw_figure(spec)) == set(report.FIGURE_FORMATS)

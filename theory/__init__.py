@@ -16,7 +16,10 @@ emitted code is kept in a cache on disk (:mod:`theory.cache`), from which a late
 loads it without deriving. ``import theory`` is cheap: sympy is imported only when a record is
 first derived or emitted.
 
-Command line: ``python -m theory list [PREFIX] | show ID | eval ID --json '{...}' | cache info``.
+Command line: ``python -m theory list [PREFIX] | show ID | eval ID --json '{...}' | cite ID | cache info``.
+
+Citing: :func:`bibtex` gives the BibTeX entry of the paper a record (or a check, or a topic) comes
+from, ``python -m theory cite ID`` prints it; the toolkit itself is cited from ``CITATION.cff``.
 
 Extension API
 -------------
@@ -32,11 +35,12 @@ group ``attention_dynamics_theory.topics`` (:data:`TOPICS_GROUP`); see ``docs/ad
 and ``examples/saxe_linear_network``.
 """
 
-from .papers import CHECKS_GROUP, PAPERS, TOPICS_GROUP, Paper, PluginError, paper_of, symbols_of
+from ._version import __version__
+from .papers import CHECKS_GROUP, PAPERS, TOPICS_GROUP, Paper, PluginError, bibtex, paper_of, symbols_of
 from .params import Param, covariance, index, matrix, nonnegative, positive, real, steps, subset, vector
 from .registry import ClosedForm, get, ids, records, register
 from .symbols import Symbols
 
-__all__ = ["ClosedForm", "Param", "Paper", "PAPERS", "PluginError", "TOPICS_GROUP", "CHECKS_GROUP", "get",
-           "ids", "records", "register", "paper_of", "symbols_of", "Symbols", "covariance", "index", "matrix",
-           "nonnegative", "positive", "real", "steps", "subset", "vector"]
+__all__ = ["__version__", "ClosedForm", "Param", "Paper", "PAPERS", "PluginError", "TOPICS_GROUP", "CHECKS_GROUP",
+           "get", "ids", "records", "register", "paper_of", "bibtex", "symbols_of", "Symbols", "covariance", "index",
+           "matrix", "nonnegative", "positive", "real", "steps", "subset", "vector"]

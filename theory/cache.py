@@ -105,8 +105,10 @@ def _version(dist: str) -> str:
 
 @cache
 def toolkit_version() -> str:
-    """The installed version of the toolkit (``unknown`` when it runs from an uninstalled tree)."""
-    return _version(DISTRIBUTION)
+    """The toolkit's version (:data:`theory.__version__`, the one place it is written)."""
+    from ._version import __version__
+
+    return __version__
 
 
 @cache

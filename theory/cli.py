@@ -11,7 +11,8 @@ list [PREFIX] [--json]
     ``{"name", "kind", "doc"}`` per parameter, in call order) instead of the table.
 show ID
     Title, source, status, parameters, the derived expression (pretty-printed and as
-    LaTeX), the paper's printed form and whether it equals the derived one, the erratum,
+    LaTeX), the paper's printed form (or, headed as such, a form worked out from the paper's
+    statement where it prints none) and whether it equals the derived one, the erratum,
     the documentation, the module that defines it, and a runnable example (an ``eval``
     command with its output, and the Python call).
 eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
@@ -21,6 +22,10 @@ eval ID --json '{"Lambda": [1, 0.5], "N": 5}'
     ``--backend mpmath`` the value is computed at ``--dps`` significant digits and printed
     as strings of that precision; the JSON numbers are then read as the decimals they spell
     (``0.1`` is 1/10 to ``--dps`` digits, not the float64 nearest to it).
+cite ID
+    The BibTeX entry of the paper the closed form ``ID`` comes from (``ID`` may also be a topic,
+    e.g. ``linear_attention``), with its arXiv identifier and address; :func:`theory.bibtex` in
+    Python. The toolkit itself is cited from ``CITATION.cff`` in its repository.
 cache info | cache clear
     Where the cache of emitted functions is (:mod:`theory.cache`: a later process loads a
     record's numeric function from it instead of deriving and emitting again), whether it is
@@ -47,6 +52,7 @@ Examples
     python -m theory list --json
     python -m theory --version
     python -m theory cache info
+    python -m theory cite linear_attention.merged.sigma
     python -m theory show linear_attention.data.lambda_hat_sq
     python -m theory eval linear_attention.data.lambda_hat_sq --json '{"Lambda": [1, 0.5], "N": 5}'
     python -m theory eval linear_attention.data.yq_sq --json '{"Lambda": [1, 0.5]}' \\
@@ -144,6 +150,11 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("id", metavar="ID", help="closed-form id (see 'list')")
     show.add_argument("--no-compare", action="store_true",
                       help="skip the symbolic comparison of the printed and derived forms")
+
+    ci = sub.add_parser("cite", help="print the BibTeX entry of the paper a closed form comes from",
+                        description="Print the BibTeX entry of the paper the closed form ID (or topic ID) "
+                                    "comes from.")
+    ci.add_argument("id", metavar="ID", help="closed-form id (see 'list') or topic, e.g. linear_attention")
 
     ev = sub.add_parser(
         "eval", help="evaluate one closed form at parameters given as JSON",
@@ -289,6 +300,9 @@ def _cmd_show(args, out) -> int:
     print("=" * len(cf.id), file=out)
     print(cf.title, file=out)
     print(f"\nsource: {cf.citation}", file=out)
+    link = theory.paper_of(cf.id).link
+    if link:
+        print(f"paper:  {link} (python -m theory cite {cf.id})", file=out)
     print(f"status: {cf.status}", file=out)
     print(f"output: {cf.output}", file=out)
     print(f"defined in: {defined_in(cf)}", file=out)
@@ -304,7 +318,7 @@ def _cmd_show(args, out) -> int:
 
     printed = cf.printed_expr
     if printed is not None:
-        section("Printed in the paper")
+        section(cf.printed_label)
         print(textwrap.indent(pretty(printed), "  "), file=out)
         print(f"\nLaTeX: {cf.latex('printed')}", file=out)
         if args.no_compare:
@@ -468,7 +482,16 @@ def _mp_str(v, dps: int) -> str:
 
 
 # -- main ---------------------------------------------------------------------------
-_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "eval": _cmd_eval, "cache": _cmd_cache}
+def _cmd_cite(args, out) -> int:
+    import theory
+
+    if args.id not in theory.PAPERS:
+        theory.get(args.id)  # an unknown id: ValueError naming it, with the closest ids
+    print(theory.bibtex(args.id), file=out)
+    return 0
+
+
+_COMMANDS = {"list": _cmd_list, "show": _cmd_show, "eval": _cmd_eval, "cite": _cmd_cite, "cache": _cmd_cache}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,8 +29,8 @@ import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-__all__ = ["Paper", "Topic", "PAPERS", "TOPICS_GROUP", "CHECKS_GROUP", "PluginError", "paper_of", "symbols_of",
-           "topics"]
+__all__ = ["Paper", "Topic", "PAPERS", "TOPICS_GROUP", "CHECKS_GROUP", "PluginError", "paper_of", "bibtex",
+           "symbols_of", "topics"]
 
 #: Entry-point group through which an installed package adds a topic: each entry point's name is
 #: the topic (the first part of its closed-form ids), its value the topic package.
@@ -66,6 +66,12 @@ class Paper:
         DOI, where known.
     url : str or None
         Another stable address (e.g. the OpenReview page), where known.
+    names : tuple of str
+        The authors' full names as BibTeX writes them (``"Zhang, Yedi"``), in the paper's order;
+        empty: the surnames alone.
+    booktitle : str or None
+        The proceedings, for BibTeX (``Proceedings of the 42nd International Conference on Machine
+        Learning``); None: an ``@article`` with :attr:`venue` as its journal.
     topic : str
         The topic (id prefix); filled in by discovery, not by the declaration.
     """
@@ -77,6 +83,8 @@ class Paper:
     arxiv: str | None = None
     doi: str | None = None
     url: str | None = None
+    names: tuple[str, ...] = ()
+    booktitle: str | None = None
     topic: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -87,6 +95,11 @@ class Paper:
             raise ValueError("authors: expected at least one non-empty surname")
         if not isinstance(self.year, int) or isinstance(self.year, bool):
             raise ValueError(f"year: expected an integer, got {self.year!r}")
+        if isinstance(self.names, str):
+            raise ValueError("names: expected a sequence of full names, got a string")
+        object.__setattr__(self, "names", tuple(self.names))
+        if self.names and len(self.names) != len(self.authors):
+            raise ValueError(f"names: expected one full name per author ({len(self.authors)}), got {len(self.names)}")
 
     @property
     def cite(self) -> str:
@@ -102,8 +115,38 @@ class Paper:
             return f"https://doi.org/{self.doi}"
         return self.url
 
+    @property
+    def key(self) -> str:
+        """A BibTeX key: first author's surname, year, first word of the title (``zhang2025training``)."""
+        import re
+
+        word = next((w for w in re.findall(r"[A-Za-z]+", self.title) if w.lower() not in _STOP), "paper")
+        surname = re.sub(r"[^a-z]", "", self.authors[0].lower())
+        return f"{surname}{self.year}{word.lower()}"
+
+    def bibtex(self) -> str:
+        """The paper's BibTeX entry (``@inproceedings`` when :attr:`booktitle` is known, else
+        ``@article``), with its arXiv identifier, DOI and URL where known."""
+        fields = [("title", "{" + self.title + "}"),
+                  ("author", " and ".join(self.names or self.authors)),
+                  ("booktitle", self.booktitle) if self.booktitle else ("journal", self.venue),
+                  ("year", str(self.year))]
+        if self.doi:
+            fields.append(("doi", self.doi))
+        if self.arxiv:
+            fields += [("eprint", self.arxiv), ("archiveprefix", "arXiv")]
+        if self.link:
+            fields.append(("url", self.link))
+        kind = "inproceedings" if self.booktitle else "article"
+        body = ",\n".join(f"  {name} = {{{value}}}" for name, value in fields)
+        return f"@{kind}{{{self.key},\n{body}\n}}"
+
     def __str__(self) -> str:
         return self.cite
+
+
+#: Words a BibTeX key skips when it takes the title's first word.
+_STOP = frozenset({"a", "an", "the", "on", "of", "and"})
 
 
 @dataclass(frozen=True)
@@ -222,6 +265,15 @@ def paper_of(id: str) -> Paper:
         return PAPERS[topic]
     except KeyError:
         raise ValueError(f"id: no paper registered for topic {topic!r}") from None
+
+
+def bibtex(id: str) -> str:
+    """The BibTeX entry of the paper that closed form, check or topic ``id`` comes from.
+
+    >>> print(bibtex("linear_attention.merged.sigma").splitlines()[0])
+    @inproceedings{zhang2025training,
+    """
+    return paper_of(id).bibtex()
 
 
 def symbols_of(topic: str):

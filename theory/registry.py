@@ -22,9 +22,12 @@ from typing import Any, Callable
 
 from .params import SCALAR_KINDS, Param, detached_values
 
-__all__ = ["ClosedForm", "register", "get", "ids", "records", "import_package", "STATUSES"]
+__all__ = ["ClosedForm", "register", "get", "ids", "records", "import_package", "STATUSES", "PRINTED_ORIGINS"]
 
 STATUSES = ("exact", "asymptotic", "approximate", "heuristic")
+#: Where a record's :attr:`~ClosedForm.printed` form comes from: ``paper`` (the paper prints it) or
+#: ``worked`` (worked out by hand from the paper's statement where the paper prints no formula).
+PRINTED_ORIGINS = ("paper", "worked")
 
 
 def import_package(package: str) -> list[str]:
@@ -68,7 +71,15 @@ class ClosedForm:
     derive : callable
         ``derive() -> sympy expression``; the derivation (cached in :attr:`expr`).
     printed : callable or None
-        ``printed() -> sympy expression``: the paper's form, where the paper prints one.
+        ``printed() -> sympy expression``: the paper's form, where the paper prints one (or, with
+        ``printed_origin="worked"``, a form worked out by hand from the paper's statement).
+    printed_origin : str
+        ``paper`` (default): :attr:`printed` is the form the paper prints. ``worked``: the paper
+        prints no formula (e.g. Theorem 2 of Ahn et al. 2023 states no step sizes) and
+        :attr:`printed` is a form worked out by hand from its statement; it is compared with the
+        derivation like a printed form, but ``python -m theory show``, the README's coverage table
+        and the errata page label it as worked, not as the paper's (:attr:`printed_label`). A
+        worked form carries no erratum: a mismatch would be a slip of the worked form, not of the paper.
     stable : callable or None
         ``stable() -> sympy expression``: a rewrite of the derived form used for numerics
         (finite at extreme parameters); proved equal to :attr:`expr` by the tests.
@@ -123,6 +134,7 @@ class ClosedForm:
     example: dict | None = None
     doc: str = ""
     erratum: str = ""
+    printed_origin: str = "paper"
     _fns: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
@@ -132,6 +144,16 @@ class ClosedForm:
             raise ValueError(f"output: expected scalar, matrix or vector, got {self.output!r}")
         if self.length is not None and self.output != "vector":
             raise ValueError("length: only a vector output can be trimmed")
+        if self.printed_origin not in PRINTED_ORIGINS:
+            raise ValueError(f"printed_origin: expected one of {PRINTED_ORIGINS}, got {self.printed_origin!r}")
+        if self.printed_origin == "worked" and (self.printed is None or self.erratum):
+            raise ValueError("printed_origin: a worked form needs a printed form and carries no erratum")
+
+    @property
+    def printed_label(self) -> str:
+        """How :attr:`printed` is presented: ``Printed in the paper``, or for a form worked out from
+        the paper's statement (``printed_origin="worked"``) ``Worked form (not printed in the paper)``."""
+        return "Printed in the paper" if self.printed_origin == "paper" else "Worked form (not printed in the paper)"
 
     # -- symbolic -----------------------------------------------------------------
     @cached_property
@@ -271,7 +293,10 @@ class ClosedForm:
             raise ValueError(f"{extra[0]}: unknown parameter of {self.id} "
                              f"(expects {', '.join(names)})")
         dims: dict = {}
-        order = sorted(self.params, key=lambda p: p.kind != "covariance")
+        common = _common_dimension(self.params, kwargs)
+        # a covariance first, then the parameters of the dimension most of them share: a mismatch
+        # is reported on the odd one out (e.g. a 2 x 2 S among 3 x 3 layer matrices names S)
+        order = sorted(self.params, key=lambda p: (p.kind != "covariance", _dimension(p, kwargs[p.name]) != common))
         exact = None
         if backend == "mpmath":
             pairs = {p.name: p.validate_exact(kwargs[p.name], dims) for p in order}
@@ -506,6 +531,37 @@ class ClosedForm:
 
     def __repr__(self) -> str:
         return f"<ClosedForm {self.id} ({self.source}; {self.status})>"
+
+
+_SIZED_KINDS = ("covariance", "matrix", "vector")
+
+
+def _dimension(p, value):
+    """The dimension a sized parameter's value appears to have (its last axis; a list of eigenvalues
+    for a covariance, a vector's length), or None where it cannot be read (the validation then says why)."""
+    if p.kind not in _SIZED_KINDS or value is None or isinstance(value, (str, bytes, dict, bool)):
+        return None
+    import numpy as np
+
+    try:
+        shape = np.shape(value)
+    except (TypeError, ValueError):
+        return None
+    if p.kind == "vector" and len(shape) == 2 and 1 in shape:  # a column or a row
+        return max(shape)
+    return shape[-1] if shape else None
+
+
+def _common_dimension(params, kwargs: dict):
+    """The dimension shared by the most sized parameters (ties: the first declared), or None."""
+    from collections import Counter
+
+    dims = [d for d in (_dimension(p, kwargs[p.name]) for p in params) if d is not None]
+    if not dims:
+        return None
+    counts = Counter(dims)
+    best = max(counts.values())
+    return next(d for d in dims if counts[d] == best)
 
 
 def _stacked_names(params, kwargs: dict) -> list[str]:

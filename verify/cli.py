@@ -509,7 +509,9 @@ def _overrides(selected: list, assignments: list[str], profile: str = "quick") -
 
 def _cmd_list(registered: list, out, as_json: bool = False) -> int:
     """One line per check: id, method and title cut to the terminal's width (80 columns when not
-    a terminal; ``COLUMNS`` overrides); ``as_json``: everything about each check, as JSON."""
+    a terminal; ``COLUMNS`` overrides), then, for each missing optional package, the checks a run
+    here skips; ``as_json``: everything about each check, as JSON (``skipped_here``: why a run here
+    skips it, or null)."""
     if as_json:
         import json
 
@@ -517,6 +519,7 @@ def _cmd_list(registered: list, out, as_json: bool = False) -> int:
 
         rows = [{"id": c.id, "method": c.method, "title": c.title, "covers": list(c.covers),
                  "aliases": list(getattr(c, "aliases", ())), "needs": list(getattr(c, "needs", ())),
+                 "skipped_here": c.available(),
                  "settings": [{"name": st.name, "kind": st.kind, **as_data({"quick": st.default("quick"),
                                                                          "full": st.default("full")}),
                                "low": st.low, "high": st.high, "doc": st.doc} for st in getattr(c, "settings", ())]}
@@ -531,6 +534,13 @@ def _cmd_list(registered: list, out, as_json: bool = False) -> int:
 
     fitted_table([(c.id, c.method, c.title) for c in registered], ("id", "method", "title"), out,
                  width=terminal_width(out))
+    unavailable: dict[str, list[str]] = {}
+    for c in registered:
+        reason = c.available()
+        if reason:
+            unavailable.setdefault(reason, []).append(c.id)
+    for reason, ids in unavailable.items():  # listed all the same; a run skips them and says why
+        print(f"\n{len(ids)} of these will be skipped here ({reason}): {', '.join(ids)}", file=out)
     return 0
 
 

@@ -3,7 +3,8 @@
 First, per paper, how many of its numbered items (:mod:`verify.ledger`) are verified, errata,
 refuted, notation, not checkable or missing. Then one section per paper; one row per
 registered closed form: id, source, status, whether the paper prints a form (``erratum``
-where the printed form differs from the derivation), the ledger items it answers, and the
+where the printed form differs from the derivation; a form worked out from the paper's statement,
+``printed_origin="worked"``, counts as derived only), the ledger items it answers, and the
 checks that cover it. The two checks that cover every record of a topic
 (``<topic>.symbolic_printed_forms``, ``<topic>.high_precision``) are named once above
 the table instead of in every row.
@@ -24,6 +25,8 @@ _GENERIC = ("symbolic_printed_forms", "high_precision")
 def _printed(cf) -> str:
     if cf.printed is None:
         return "derived only"
+    if cf.printed_origin == "worked":  # the paper prints no formula: a worked form, not the paper's
+        return "derived only (equals a worked form)"
     return "**erratum**" if cf.erratum else "equal"
 
 

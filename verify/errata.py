@@ -1,6 +1,8 @@
 """The errata page, generated from the closed-form registry and the checks.
 
-Every registered closed form with a printed form is listed under its paper. Where the
+Every registered closed form with a printed form is listed under its paper (a form worked out
+from the paper's statement where the paper prints none, ``printed_origin="worked"``, under its own
+heading, not among the printed forms confirmed). Where the
 printed form differs from the derivation (an erratum), the page shows both formulas, what is
 wrong, the check that decides between them (a check declaring the record in ``decides``: one
 of its negative controls is the printed form) and, when measured, the numbers: the check's
@@ -106,12 +108,21 @@ def page(results: dict[str, dict] | None = None) -> str:
                       f"Decided by `{c.id}` ({c.method}): {c.title}.", ""]
                 if c.id in results:
                     L += [_measured_line(results[c.id], "printed"), ""]
-        confirmed = [r for r in recs if not r.erratum]
+        confirmed = [r for r in recs if not r.erratum and r.printed_origin == "paper"]
         if confirmed:
             L += ["### Printed forms confirmed", "",
                   "sympy proves each of these equal to the derivation (`symbolic_printed_forms`).", "",
                   "| id | source |", "|---|---|"]
             L += [f"| `{r.id}` | {r.source.replace('|', '/')} |" for r in confirmed]
+            L.append("")
+        worked = [r for r in recs if r.printed_origin == "worked"]
+        if worked:
+            L += ["### Worked forms (not printed in the paper)", "",
+                  "The paper prints no formula for these; the form compared with the derivation was worked out "
+                  "from its statement, and sympy proves the two equal (`symbolic_printed_forms`). They are not "
+                  "evidence about the paper's text.", "",
+                  "| id | source |", "|---|---|"]
+            L += [f"| `{r.id}` | {r.source.replace('|', '/')} |" for r in worked]
             L.append("")
     return "\n".join(L).rstrip() + "\n"
 

@@ -32,8 +32,10 @@ def _floats(name: str, values, ndim: int) -> list:
     return arr.tolist()
 
 
-def series(label: str, x, y, *, style: str = "-", color: str | None = None, yerr=None) -> dict:
-    """One curve: ``y`` against ``x`` (1-d), with an optional style, colour and error bars."""
+def series(label: str, x, y, *, style: str = "-", color: str | None = None, yerr=None,
+           group: str | None = None) -> dict:
+    """One curve: ``y`` against ``x`` (1-d), with an optional style, colour and error bars; ``group``:
+    the condition it belongs to (theory and simulation of one condition share a colour)."""
     if style not in STYLES:
         raise ValueError(f"style: expected one of {STYLES}, got {style!r}")
     out = {"label": str(label), "x": _floats("x", x, 1), "y": _floats("y", y, 1), "style": style}
@@ -41,6 +43,8 @@ def series(label: str, x, y, *, style: str = "-", color: str | None = None, yerr
         raise ValueError(f"y: {len(out['y'])} values for {len(out['x'])} x values")
     if color is not None:
         out["color"] = color
+    if group is not None:
+        out["group"] = str(group)
     if yerr is not None:
         out["yerr"] = _floats("yerr", yerr, 1)
         if len(out["yerr"]) != len(out["y"]):

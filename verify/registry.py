@@ -233,12 +233,17 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
     wrong and what holds"}``; one of the check's negative controls is the statement as printed.
     ``aliases``: former ids of the check; :func:`get_check` and the command line still accept
     them and say the new name.
+    ``needs``: optional packages the check imports (torch for every ``method="torch"`` check, declared
+    or not); where one is missing the check is listed and its run skipped, saying why.
     ``settings``: the check's :class:`verify.settings.Setting` objects (the sizes it runs at,
     each with its quick and full value and allowed range); the function reads them with
     ``ctx.setting(name)``.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    needs = tuple(needs)
+    if method == "torch" and "torch" not in needs:  # a torch check needs torch, declared or not
+        needs += ("torch",)
     covers, decides = tuple(covers), tuple(decides)
     if not set(decides) <= set(covers):
         raise ValueError(f"decides: {sorted(set(decides) - set(covers))} not in covers of {id}")
@@ -257,7 +262,7 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
         for name in (id, *aliases):
             if name in _CHECKS or name in _ALIASES:
                 raise ValueError(f"id: check {name!r} registered twice")
-        _CHECKS[id] = Check(id, title, covers, method, func, tuple(needs), decides,
+        _CHECKS[id] = Check(id, title, covers, method, func, needs, decides,
                             tuple((refutes or {}).items()), aliases, settings)
         _ALIASES.update(dict.fromkeys(aliases, id))
         return func

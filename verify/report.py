@@ -12,8 +12,9 @@
     The metadata and summary (marked ``PARTIAL (interrupted)`` for a stopped run); the pass
     rate of each check over the seeds (with ``--seeds``); one table per topic (the first two
     components of the check id, e.g. ``linear_attention.merged``); each check's criterion,
-    negative controls and details; the errata of the registered closed forms with the
-    checks that cover them.
+    negative controls and details; the errata that the checks of the run put to the test (the
+    registered closed forms whose printed form differs, and the refuted statements), each with
+    the verdict of its checks.
 ``figures/<check-id>-<name>.png``
     One PNG per figure spec returned by a check (when matplotlib is installed); a run over
     several seeds names them ``<check-id>-seed<seed>-<name>.png``.
@@ -34,7 +35,14 @@ Lines, e.g. theory curves against simulation::
      "series": [{"label": str, "x": list, "y": list,
                  "style": "-" | "--" | ":" | "o" (optional, default "-"),
                  "color": a matplotlib colour (optional),
+                 "group": str (optional: one condition, e.g. "w_init=0.1"),
                  "yerr": list (optional error bars)}]}
+
+Series of one ``group`` (the theory and the simulation of one condition) share a colour, the
+next of the colour cycle at the group's first series, and differ by their styles; a series
+without a group takes a colour of its own. A labelled line that lies on an earlier line (or
+markers on earlier markers: the same points to within 0.2 % of the axis range) would hide under
+it: it is drawn on top, thinner and dashed, and its legend entry says which curve it lies on.
 
 Heat maps, e.g. a measured matrix next to the predicted one (one shared colour scale)::
 
@@ -102,10 +110,7 @@ def metadata(*, profile: str, seed: int | None, device: str,
         except importlib.metadata.PackageNotFoundError:
             mod = sys.modules.get(name)
             versions[name] = getattr(mod, "__version__", "unknown")
-    try:
-        toolkit = importlib.metadata.version("attention-dynamics-theory")
-    except importlib.metadata.PackageNotFoundError:
-        toolkit = None
+    from theory import __version__ as toolkit
     meta = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "profile": profile,
@@ -830,41 +835,37 @@ def _errata_section(results, statuses, view: _View | None = None) -> list[str]:
         registered = all_checks()
     except (ImportError, ValueError) as exc:  # a broken topic module must not lose the run
         return L + [f"The closed-form registry could not be read: `{exc}`", ""]
-    if not records:
-        return L + ["No registered closed form carries an erratum.", ""]
-    L += ["Closed forms whose printed form in the paper differs from the derived one.", ""]
     by_id: dict[str, list] = {}
     for r, st in zip(results, statuses):
-        by_id.setdefault(r.id, []).append((r, st))
-    for cf in records:
+        if not (r.details or {}).get("skipped"):  # a skipped check decided nothing
+            by_id.setdefault(r.id, []).append((r, st))
+    # only what the checks of this run put to the test (the errata page, docs/errata.md, lists them all)
+    decided = [(cf, [c for c in by_id if cf.id in by_id[c][0][0].covers]) for cf in records]
+    decided = [(cf, ran) for cf, ran in decided if ran]
+    refuting = [c for c in registered if c.refutes and c.id in by_id]
+    if not decided and not refuting:
+        return L + ["No check of this run puts a printed formula of a paper to the test (the errata page "
+                    "of the documentation lists every erratum the toolkit found).", ""]
+    if decided:
+        L += ["Closed forms whose printed form in the paper differs from the derived one, with the checks "
+              "of this run that cover them.", ""]
+    for cf, ran in decided:
         L += [f"### `{cf.id}`", "", f"{cf.title} ({cf.citation}; {cf.status})", ""]
         L += [textwrap.fill(" ".join(cf.erratum.split()), 100), ""]
-        ran = [c for c in by_id if cf.id in by_id[c][0][0].covers]
-        not_run = [c.id for c in registered if cf.id in c.covers and c.id not in by_id]
-        if not ran and not not_run:
-            L += ["No check covers it.", ""]
-            continue
         L.append("Checks covering it:")
         L.append("")
         for cid in ran:
             first = by_id[cid][0][0]
             L.append(f"- [`{cid}`](#{view.anchor(first)}): {_verdict(by_id[cid], view)}")
-        for cid in not_run:
-            L.append(f"- `{cid}`: not run")
         L.append("")
-    refuting = [c for c in registered if c.refutes]
     if refuting:
         L += ["Statements that are not registered formulas (an identity between computations, a "
-              "gradient over token matrices), refuted as printed by a check:", ""]
+              "gradient over token matrices), refuted as printed by a check of this run:", ""]
     for c in refuting:
         for where, what in c.refutes:
-            L += [f"### {where}", "", textwrap.fill(" ".join(what.split()), 100), ""]
-            if c.id in by_id:
-                first = by_id[c.id][0][0]
-                L += [f"Decided by [`{c.id}`](#{view.anchor(first)}): "
-                      f"{_verdict(by_id[c.id], view)}", ""]
-            else:
-                L += [f"Decided by `{c.id}`: not run", ""]
+            first = by_id[c.id][0][0]
+            L += [f"### {where}", "", textwrap.fill(" ".join(what.split()), 100), "",
+                  f"Decided by [`{c.id}`](#{view.anchor(first)}): {_verdict(by_id[c.id], view)}", ""]
     return L
 
 
@@ -1049,6 +1050,7 @@ def _lines(spec: dict, Figure):
     fig = Figure(figsize=(7.5 if many else 6.4, 4.4), layout="constrained")
     ax = fig.add_subplot()
     labelled = False
+    data = []
     for s in series:
         x = np.asarray(s["x"], dtype=float).ravel()
         y = np.asarray(s["y"], dtype=float).ravel()
@@ -1057,10 +1059,19 @@ def _lines(spec: dict, Figure):
         style = s.get("style", "-")
         if style not in _STYLES:
             raise ValueError(f"style: expected one of {tuple(_STYLES)}, got {style!r}")
-        kw = dict(_STYLES[style])
-        if s.get("color") is not None:
-            kw["color"] = s["color"]
+        data.append((x, y))
+    colours = _series_colours(series, ax)
+    hidden = _coincident(series, data, spec)
+    for k, (s, (x, y)) in enumerate(zip(series, data)):
+        kw = dict(_STYLES[s.get("style", "-")])
+        kw["color"] = colours[k]
         label = s.get("label")
+        linewidth = 1.6
+        if k in hidden:  # on top of an earlier curve: drawn over it, thinner and dashed, and said so
+            kw.update(linestyle=(0, (2, 2)) if kw.get("linestyle") != "none" else "none", zorder=3)
+            linewidth = 1.0
+            if label:
+                label = f"{label} (on {hidden[k]!r})" if hidden[k] else f"{label} (on another curve)"
         labelled |= bool(label)
         if s.get("yerr") is not None:
             yerr = np.asarray(s["yerr"], dtype=float).ravel()
@@ -1068,7 +1079,7 @@ def _lines(spec: dict, Figure):
             kw.setdefault("markersize", 4)
             ax.errorbar(x, y, yerr=yerr, label=label, capsize=2, elinewidth=0.8, **kw)
         else:
-            ax.plot(x, y, label=label, linewidth=1.6, **kw)
+            ax.plot(x, y, label=label, linewidth=linewidth, **kw)
     ax.set_xscale(spec.get("xscale", "linear"))
     ax.set_yscale(spec.get("yscale", "linear"))
     for axis, scale in ((ax.xaxis, spec.get("xscale")), (ax.yaxis, spec.get("yscale"))):
@@ -1086,6 +1097,80 @@ def _lines(spec: dict, Figure):
         else:
             ax.legend(loc="best", fontsize="small")
     return fig
+
+
+def _series_colours(series: list, ax) -> list:
+    """The colour of each series: its own ``color``, else its group's (the next colour of the cycle
+    at the group's first series), else the next colour of the cycle."""
+    cycle = _cycle_colours(ax)
+    by_group: dict[str, object] = {}
+    out = []
+    for s in series:
+        if s.get("color") is not None:
+            out.append(s["color"])
+            if s.get("group") is not None:
+                by_group.setdefault(s["group"], s["color"])
+            continue
+        group = s.get("group")
+        if group is None:
+            out.append(next(cycle))
+        else:
+            if group not in by_group:
+                by_group[group] = next(cycle)
+            out.append(by_group[group])
+    return out
+
+
+def _cycle_colours(ax):
+    """The axes' colour cycle (matplotlib's ``axes.prop_cycle``), repeated as needed."""
+    import itertools
+
+    from matplotlib import rcParams
+
+    return itertools.cycle(rcParams["axes.prop_cycle"].by_key()["color"])
+
+
+#: Two curves closer than this fraction of the data's y-range at every point are drawn as one.
+COINCIDE = 2e-3
+
+
+def _coincident(series: list, data: list, spec: dict) -> dict[int, str | None]:
+    """Labelled series that lie on an earlier one drawn the same way (line on line, markers on
+    markers; same x, y within :data:`COINCIDE` of the range of all y, on a log axis of the range of
+    log y): index -> the earlier series' label."""
+    import numpy as np
+
+    logy = spec.get("yscale") == "log"
+
+    def scaled(y):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log10(y) if logy else y
+
+    every = np.concatenate([scaled(y) for _, y in data])
+    every = every[np.isfinite(every)]
+    span = float(every.max() - every.min()) if every.size else 0.0
+    if span <= 0:
+        return {}
+    out: dict[int, str | None] = {}
+    def marks(s):  # a line over markers (theory through simulation points) hides neither
+        return s.get("style", "-") == "o"
+
+    for k, (s, (x, y)) in enumerate(zip(series, data)):
+        if not s.get("label") or x.size < 2:
+            continue
+        for j in range(k):
+            if marks(series[j]) != marks(s):
+                continue
+            xj, yj = data[j]
+            if xj.shape != x.shape or not np.allclose(xj, x, rtol=1e-9, atol=0):
+                continue
+            a, b = scaled(y), scaled(yj)
+            ok = np.isfinite(a) & np.isfinite(b)
+            if (ok.any() and np.array_equal(np.isfinite(a), np.isfinite(b))
+                    and np.max(np.abs(a[ok] - b[ok])) <= COINCIDE * span):
+                out[k] = series[j].get("label")
+                break
+    return out
 
 
 def _heatmaps(spec: dict, Figure):

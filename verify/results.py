@@ -54,12 +54,9 @@ def toolkit_commit() -> str:
         # uncommitted edits: a digest of the diff, so that runs of different edits do not share a key
         return head + (f"+dirty.{hashlib.sha1(diff).hexdigest()[:10]}" if diff else "")
     except (OSError, subprocess.SubprocessError):
-        from importlib.metadata import PackageNotFoundError, version
+        from theory import __version__
 
-        try:
-            return "v" + version("attention-dynamics-theory")
-        except PackageNotFoundError:
-            return "unknown"
+        return "v" + __version__
 
 
 def canonical(settings: dict | None) -> str:

@@ -48,10 +48,15 @@ def paper_page(topic: str) -> str:
         for id in chk.covers:
             covering.setdefault(id, []).append(chk)
     records = [r for r in theory.records() if r.id.split(".", 1)[0] == topic]
+    links = ([f"[arXiv:{paper.arxiv}](https://arxiv.org/abs/{paper.arxiv})"] if paper.arxiv else []) + (
+        [f"[doi:{paper.doi}](https://doi.org/{paper.doi})"] if paper.doi else []) + (
+        [f"[{paper.venue} page]({paper.url})"] if paper.url else [])
+    where = paper.venue + (f" ({', '.join(links)})" if links else "")
     out = [f"# {paper.cite}: {paper.title}", "",
-           f"*{paper.venue}.* {len(records)} closed forms are registered for this paper; each one is "
+           f"*{where}.* {len(records)} closed forms are registered for this paper; each one is "
            "derived in sympy by the toolkit and covered by the checks listed with it "
-           "(`python -m verify <check id>` reruns one).", ""]
+           "(`python -m verify <check id>` reruns one).", "",
+           f"Cite the paper (`python -m theory cite {topic}`):", "", "```bibtex", paper.bibtex(), "```", ""]
     out += ledger_section(topic)
     out += ["## Closed forms", ""]
     if not records:
@@ -66,6 +71,9 @@ def paper_page(topic: str) -> str:
             if r.erratum:
                 out += ["**As printed in the paper (differs):**", "", "$$", _latex(r, "printed"), "$$", "",
                         f"**Erratum:** {r.erratum}", ""]
+            elif r.printed_origin == "worked":
+                out += ["The paper prints no formula for this; a form worked out from its statement is proved equal "
+                        "to the derivation (`symbolic_printed_forms`).", ""]
             else:
                 out += ["The paper's printed form is proved equal to the derivation "
                         "(`symbolic_printed_forms`).", ""]

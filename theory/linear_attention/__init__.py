@@ -28,7 +28,10 @@ from ..symbols import Symbols
 
 #: The paper of this topic (declared once; :data:`theory.papers.PAPERS` is built from it).
 PAPER = Paper(authors=("Zhang", "Singh", "Latham", "Saxe"), year=2025,
-              title="Training Dynamics of In-Context Learning in Linear Attention", venue="ICML 2025")
+              title="Training Dynamics of In-Context Learning in Linear Attention", venue="ICML 2025",
+              arxiv="2501.16265", url="https://proceedings.mlr.press/v267/zhang25br.html",
+              names=("Zhang, Yedi", "Singh, Aaditya K.", "Latham, Peter E.", "Saxe, Andrew M."),
+              booktitle="Proceedings of the 42nd International Conference on Machine Learning (PMLR 267)")
 
 #: The symbols of this paper: Lambda (the input covariance), M (the merged key-query matrix), U (one
 #: head's key-query block) and the eigen-projectors are D x D matrices, mu (the task prior's mean) and

@@ -6,13 +6,27 @@ gradients by sympy matrix calculus, the chain rule through the scalars ``tr(W_QK
 ``tr W_QK``; the printed mean-term gradients ``[tr - 1] tr W_K`` are the erratum (correct:
 ``2 (tr - 1) W_K``).
 
+``locater.stationary_scale`` [derived; not in the paper]: at every stationary point of the
+regulariser over the factors ``(W_Q, W_K)`` the scale is fixed by the trace,
+``||W_QK||_F^2 = kappa2 t (1 - t) / kappa1`` with ``t = tr W_QK``. Scaling ``W_Q -> c W_Q`` is a
+direction of the factor space along which ``s = tr(W_QK^T W_QK)`` scales as ``c^2`` and
+``t = tr W_QK`` as ``c``; the regulariser's derivative along it at ``c = 1``,
+``2 s dR/ds + t dR/dt = 2 kappa1 s + 2 kappa2 t (t - 1)``, vanishes at a stationary point, and
+sympy solves it for ``s``. Every stationary point has this scale, whatever its rank (the global
+minimiser ``W_QK = a I``, ``a = kappa2 / (kappa1 + d kappa2)``, is one; training with Adam ends at
+lower-rank ones where some directions of ``W_Q`` and ``W_K`` have died together). So ``kappa2 = 0``
+gives scale 0, and at a rank-``r`` stationary point ``W_QK = a P`` (``P`` a projector) the scale
+``r kappa2^2 / (kappa1 + r kappa2)^2`` grows with ``kappa2``: where the penalty dominates the
+loss (Sec. 7's ``kappa1 = 100``) a stronger ``kappa2`` raises the eigenspectrum scale, against the
+caption of Fig. 6(B).
+
 The QK-gradient of eq. 3 involves the ``d x T`` token matrix and is not a D x D record; its
 per-sample form (with the matrix P restored) and the printed form are numeric functions in
 :mod:`verify.models.localization`, decided by the check ``localization.gradient.eq3_autograd``.
 
 Contains
 --------
-``localization.locater.regulariser``, ``.grad_query``, ``.grad_key``.
+``localization.locater.regulariser``, ``.grad_query``, ``.grad_key``, ``.stationary_scale``.
 
 References
 ----------
@@ -22,7 +36,7 @@ References
 
 from __future__ import annotations
 
-from ..params import matrix, positive
+from ..params import matrix, positive, real
 from ..registry import ClosedForm, register
 from . import sym
 
@@ -30,6 +44,7 @@ W_Q = matrix("W_Q", "The query matrix (W_QK = W_Q^T W_K).")
 W_K = matrix("W_K", "The key matrix (W_QK = W_Q^T W_K).")
 KAPPA1 = positive("kappa1", "LOCATER weight of the scale term tr(W_QK^T W_QK).")
 KAPPA2 = positive("kappa2", "LOCATER weight of the mean term (tr W_QK - 1)^2.")
+T_TRACE = real("trW_QK", "The trace t = tr W_QK (the eigenspectrum mean of Sec. 6).", example=0.2)
 
 
 def _locater_parts():
@@ -93,3 +108,32 @@ for _wrt, _other, _mat in (("query", "W_K", "W_Q"), ("key", "W_Q", "W_K")):
                 f"(tr W_QK - 1)^2 is 2 [tr(W_QK) - 1] {_other}. The scale-term gradient is correct.",
         doc="Gradient in the layout of the matrix (d R / d X_ab at entry ab).",
     ))
+
+
+
+def derive_stationary_scale():
+    """``s = tr(W_QK^T W_QK)`` at a stationary point of ``R = kappa1 s + kappa2 (t - 1)^2`` over
+    ``(W_Q, W_K)``: the derivative of ``R(c^2 s, c t)`` at ``c = 1`` (the direction ``W_Q -> c W_Q``)
+    vanishes; solved for ``s``."""
+    import sympy as sp
+
+    k1, k2, t = sym("kappa1"), sym("kappa2"), sym("trW_QK")
+    s, c = sp.Symbol("s_scale"), sp.Symbol("c", positive=True)
+    R = k1 * s + k2 * (t - 1) ** 2
+    along = sp.diff(R.subs({s: c**2 * s, t: c * t}, simultaneous=True), c).subs(c, 1)
+    (root,) = sp.solve(sp.Eq(along, 0), s)
+    return sp.factor(root)
+
+
+register(ClosedForm(
+    id="localization.locater.stationary_scale",
+    title="Scale of W_QK at a stationary point of the LOCATER regulariser, kappa2 t (1 - t) / kappa1",
+    source="Sec. 6 (stationary points of the regulariser [derived])",
+    status="exact",
+    params=(T_TRACE, KAPPA1, KAPPA2),
+    derive=derive_stationary_scale,
+    doc="tr(W_QK^T W_QK) at any stationary point of kappa1 tr(W_QK^T W_QK) + kappa2 (tr W_QK - 1)^2 over "
+        "(W_Q, W_K), given t = tr W_QK (the regulariser's derivative along W_Q -> c W_Q vanishes). Not in "
+        "the paper: the scale a LOCATER-trained W_QK approaches where the penalty dominates the loss's "
+        "gradient (Sec. 7: kappa1 = 100); it is 0 at kappa2 = 0 and grows with kappa2.",
+))

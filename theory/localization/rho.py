@@ -23,7 +23,8 @@ Errata:
 Contains
 --------
 ``localization.rho.gaussian``, ``.continuum``, ``.continuum_printed``, ``.late_site_limit``,
-``.early_site_limit``, ``.derivative_at_zero_xi``, ``.derivative_at_zero_xi_corrected``.
+``.early_site_limit``, ``.derivative_at_zero_xi``, ``.derivative_at_zero_xi_corrected``; the steps of
+the proof of Lemma 2.3: ``.derivative`` (rho' of eq. 6) and ``.proof_quotient_derivative``.
 """
 
 from __future__ import annotations
@@ -408,6 +409,51 @@ def derive_derivative_at_zero_xi_corrected():
     return sp.simplify(sp.diff(derive_continuum(), _sym("theta")).xreplace({_sym("xi"): 0}))
 
 
+# -- the proof of Lemma 2.3 (App. C) ------------------------------------------------------------------
+def _D_printed():
+    import sympy as sp
+
+    return 2 * _sym("theta") ** 2 + sp.Rational(7, 12)
+
+
+@cache
+def derive_derivative():
+    """d rho/d theta of eq. 6 as printed, at any (theta, xi, eta)."""
+    import sympy as sp
+
+    return sp.simplify(sp.diff(printed_continuum(), _sym("theta")))
+
+
+def printed_derivative():
+    """The proof of Lemma 2.3: rho'(theta) = [e^{-((theta - 1/2) xi)^2/(2D)} (4 theta^2 - theta + 5/3)/(2D)^{3/2}
+    - e^{-((theta - 1/2) xi - 1/eta)^2/(2D)} (4 theta^2 - theta + 5/3 - 1/eta)/(2D)^{3/2}] xi / sqrt(pi)."""
+    import sympy as sp
+
+    th, xi, eta = _sym("theta"), _sym("xi"), _sym("eta")
+    D = _D_printed()
+    q = 4 * th**2 - th + sp.Rational(5, 3)
+    z = (th - sp.Rational(1, 2)) * xi
+    return (sp.exp(-z**2 / (2 * D)) * q - sp.exp(-(z - 1 / eta) ** 2 / (2 * D)) * (q - 1 / eta)) \
+        * xi / (sp.sqrt(sp.pi) * (2 * D) ** sp.Rational(3, 2))
+
+
+@cache
+def derive_quotient_derivative():
+    """d/d theta of (theta - 1/2)/sqrt(2 (2 theta^2 + 7/12))."""
+    import sympy as sp
+
+    th = _sym("theta")
+    return sp.factor(sp.diff((th - sp.Rational(1, 2)) / sp.sqrt(2 * _D_printed()), th))
+
+
+def printed_quotient_derivative():
+    """The proof of Lemma 2.3: (4 theta^2 - theta + 5/3)/(2 (2 theta^2 + 7/12))^{3/2}."""
+    import sympy as sp
+
+    th = _sym("theta")
+    return (4 * th**2 - th + sp.Rational(5, 3)) / (2 * _D_printed()) ** sp.Rational(3, 2)
+
+
 # -- registry ------------------------------------------------------------------------------------
 _D_C = ("D_c(theta) = 2 theta^2 - 2 theta + 7/12 = 2 (theta - 1/2)^2 + 1/12")
 
@@ -529,4 +575,40 @@ register(ClosedForm(
     doc=f"With {_D_C}: rho_c(theta) = 1/2 erf(1/(eta sqrt(2 D_c))) at xi = 0 has a central bump; "
         "its derivative vanishes only at theta = 1/2 (e.g. rho_c = 0.405 at theta -> 0 vs 0.499 at "
         "theta = 1/2 for eta = 1), so Lemma 2.3 fails for the corrected form too.",
+))
+
+register(ClosedForm(
+    id="localization.rho.derivative",
+    title="rho'(theta) of eq. 6 (as printed) at any (theta, xi, eta): the first step of Lemma 2.3's proof",
+    source="App. C (proof of Lemma 2.3)",
+    status="heuristic",
+    params=(THETA, XI, ETA),
+    derive=derive_derivative,
+    printed=printed_derivative,
+    example={"theta": 0.5, "xi": 0.0, "eta": 1.0},
+    domain=theta_domain,
+    doc="The derivative of localization.rho.continuum_printed in theta (the proof works with the paper's "
+        "D = 2 theta^2 + 7/12). Heuristic because eq. 6 is (see localization.rho.continuum).",
+    erratum="The proof's rho'(theta) pulls xi out of the whole bracket, although the argument (theta - 1/2) xi "
+            "- 1/eta of the second erf has the xi-free part -1/eta, whose theta-derivative "
+            "(1/eta) (4 theta)/(2D)^{3/2} does not vanish at xi = 0; and it differentiates (theta - 1/2)/sqrt(2D) "
+            "as (4 theta^2 - theta + 5/3)/(2D)^{3/2} (localization.rho.proof_quotient_derivative). Its bound "
+            "|rho'| <= |xi|/(sqrt(pi) (2D)^{3/2} eta), the whole of Lemma 2.3's proof, then fails: at xi = 0 it "
+            "is 0 while rho' = -0.223 at theta = 1/2, eta = 1.",
+))
+
+register(ClosedForm(
+    id="localization.rho.proof_quotient_derivative",
+    title="d/dtheta of (theta - 1/2)/sqrt(2 (2 theta^2 + 7/12)) in Lemma 2.3's proof",
+    source="App. C (proof of Lemma 2.3)",
+    status="exact",
+    params=(THETA,),
+    derive=derive_quotient_derivative,
+    printed=printed_quotient_derivative,
+    example={"theta": 1.0},
+    domain=theta_domain,
+    doc="(2 theta + 7/6)/(4 theta^2 + 7/6)^{3/2} = sqrt(6) (12 theta + 7)/(24 theta^2 + 7)^{3/2}.",
+    erratum="The proof prints (4 theta^2 - theta + 5/3)/(2 (2 theta^2 + 7/12))^{3/2}; the quotient rule gives "
+            "(2 theta + 7/6)/(4 theta^2 + 7/6)^{3/2} (e.g. 0.270 vs the printed 0.397 at theta = 1; the two agree "
+            "only at theta = 1/4 and 1/2).",
 ))

@@ -13,9 +13,19 @@ by ``sympy.limit``.
 Errata: Lemma 1's variance drops ``2 T^2 i trW2`` in term (B2) of its proof, so its
 ``2 theta^2 + 7/12`` should read ``2 theta^2 - 2 theta + 7/12``.
 
+The proof of Lemma 1 (App. C) expands ``E[<gamma^i, X^T W_QK x_T>^2]`` (``s_j = x_j^T W_QK x_T``) as
+``(A)/T^2 - ((B1) + (B2) + (B3))/T^3 + ((C1) + (C2))/T^4`` with ``(A) = E[s_i^2]``, ``(B1) = 2 E[s_i^2]``,
+``(B2) = 2 sum_{j>i} E[s_i s_j]``, ``(B3) = 2 sum_{j<i} E[s_i s_j]``, ``(C1) = sum_j E[s_j^2]``, ``(C2) =
+2 sum_{j<j'} E[s_j s_j']``, and states their leading orders. Each is derived here exactly at finite T
+by summing eq. 22 (derived, :mod:`theory.localization.random_walk`), and its leading order as the
+limit at fixed theta = i/T; (B2) and the second moment carry the slip that makes Lemma 1's variance
+wrong.
+
 Contains
 --------
-``localization.u.mean``, ``.mean_limit``, ``.variance``, ``.variance_limit``.
+``localization.u.mean``, ``.mean_limit``, ``.variance``, ``.variance_limit``; the proof's terms
+``.proof_a_limit``, ``.proof_b2``, ``.proof_b2_limit``, ``.proof_b3_limit``, ``.proof_c2_limit``,
+``.second_moment``, ``.second_moment_limit``.
 
 References
 ----------
@@ -31,7 +41,7 @@ from ..registry import ClosedForm, register
 from . import sym
 from .random_walk import I_KEY, RANDOM_WALK, T_LEN, TEMP, TRW, TRW2, index_domain, signal_covariance
 
-__all__ = ["derive_mean", "derive_variance"]
+__all__ = ["derive_mean", "derive_variance", "proof_terms", "proof_term_limit"]
 
 
 @cache
@@ -82,6 +92,59 @@ def derive_mean_limit():
 @cache
 def derive_variance_limit():
     return _limit_at_fixed_theta(derive_variance())
+
+
+@cache
+def proof_terms():
+    """The terms of the proof of Lemma 1 (App. C), exact at finite T: a dict with keys ``A``, ``B1``,
+    ``B2``, ``B3``, ``C1``, ``C2`` and ``second_moment`` = E[<gamma^i, X^T W_QK x_T>^2] =
+    A/T^2 - (B1 + B2 + B3)/T^3 + (C1 + C2)/T^4, from E[s_j s_k] (eq. 22 derived, j <= k)."""
+    import sympy as sp
+
+    from .random_walk import walk_moment
+
+    i, k, T = sym("i"), sym("k"), sym("T")
+    prod = walk_moment("s_product")
+
+    def f(lo, hi):
+        return prod.xreplace({i: lo, k: hi})
+
+    a, b = sp.symbols("a_sum b_sum", integer=True, positive=True)
+    out = {"A": f(i, i), "B1": 2 * f(i, i),
+           "B2": 2 * sp.summation(f(i, a), (a, i + 1, T)),
+           "B3": 2 * sp.summation(f(a, i), (a, 1, i - 1)),
+           "C1": sp.summation(f(a, a), (a, 1, T)),
+           "C2": 2 * sp.summation(sp.summation(f(a, b), (a, 1, b - 1)), (b, 1, T))}
+    out = {key: sp.factor(sp.expand(v)) for key, v in out.items()}
+    out["second_moment"] = sp.factor(sp.expand(out["A"] / T**2 - (out["B1"] + out["B2"] + out["B3"]) / T**3
+                                               + (out["C1"] + out["C2"]) / T**4))
+    return out
+
+
+#: The power of T that each proof term is stated at (its leading order is T^k times a function of theta).
+PROOF_ORDERS = {"A": 2, "B1": 3, "B2": 3, "B3": 3, "C1": 4, "C2": 4, "second_moment": 0}
+
+
+@cache
+def proof_term_limit(name: str):
+    """The leading order T^k lim_{T -> oo} term(i = theta T)/T^k of a proof term, theta written back as i/T."""
+    import sympy as sp
+
+    T = sym("T")
+    k = PROOF_ORDERS[name]
+    return sp.expand(T**k * _limit_at_fixed_theta(proof_terms()[name] / T**k))
+
+
+def _printed_proof(name):
+    import sympy as sp
+
+    i, T, A, B = sym("i"), sym("T"), sym("trW2"), sym("trW") ** 2
+    return {"A": (i**2 + T * i) * A + i**2 * B,
+            "B2": (T**2 * i - 2 * T * i**2 - i**3) * A + (T**2 * i - i**3) * B,
+            "B3": (T * i**2 + i**3) * A + i**3 * B,
+            "C2": sp.Rational(7, 12) * T**4 * A + T**4 / 4 * B,
+            "second_moment": (sp.Rational(7, 12) + 2 * i**2 / T**2) * A
+            + (sp.Rational(1, 4) - i / T + i**2 / T**2) * B}[name]
 
 
 def printed_mean():
@@ -155,4 +218,101 @@ register(ClosedForm(
             "drops 2 T^2 i tr(W^2) (it should read (3 T^2 i - 2 T i^2 - i^3) tr(W^2) + ...). The printed "
             "form is right only at theta = 0; at theta = 1/2 it is 13 times too large. Monte Carlo "
             "follows the corrected form.",
+))
+
+
+# -- the proof of Lemma 1 (App. C) ----------------------------------------------------------------
+_PROOF = ("App. C (proof of Lemma 1): s_j = x_j^T W_QK x_T, E[s_j s_k] = (T j + j k) tr(W^2) + j k tr(W)^2 "
+          "(eq. 22 derived, j <= k). ")
+
+register(ClosedForm(
+    id="localization.u.proof_a_limit",
+    title="Lemma 1's proof, term (A) = E[s_i^2], leading order (i^2 + T i) tr(W^2) + i^2 tr(W)^2",
+    source="App. C (proof of Lemma 1), term (A)",
+    status="asymptotic",
+    params=(I_KEY, T_LEN, TRW, TRW2),
+    derive=lambda: proof_term_limit("A"),
+    printed=lambda: _printed_proof("A"),
+    domain=index_domain,
+    doc=_PROOF + "Exactly E[s_i^2] = (T i + i^2) tr(W^2) + i^2 tr(W)^2 (the printed o(T^2) remainder is the "
+                 "x_1 = 0 constants of eq. 22).",
+))
+
+register(ClosedForm(
+    id="localization.u.proof_b2",
+    title="Lemma 1's proof, term (B2) = 2 sum_{j>i} E[s_i s_j], exact at finite T",
+    source="App. C (proof of Lemma 1), term (B2) [derived]",
+    status="exact",
+    params=(I_KEY, T_LEN, TRW, TRW2),
+    derive=lambda: proof_terms()["B2"],
+    domain=index_domain,
+    doc=_PROOF + "(B2) = 2 sum_{j=i+1}^T ((T i + i j) tr(W^2) + i j tr(W)^2) = i (T - i) ((3 T + i + 1) tr(W^2) + "
+                 "(T + i + 1) tr(W)^2).",
+))
+
+register(ClosedForm(
+    id="localization.u.proof_b2_limit",
+    title="Lemma 1's proof, term (B2), leading order (3 T^2 i - 2 T i^2 - i^3) tr(W^2) + (T^2 i - i^3) tr(W)^2",
+    source="App. C (proof of Lemma 1), term (B2)",
+    status="asymptotic",
+    params=(I_KEY, T_LEN, TRW, TRW2),
+    derive=lambda: proof_term_limit("B2"),
+    printed=lambda: _printed_proof("B2"),
+    domain=index_domain,
+    doc=_PROOF + "T^3 times the limit of (B2)/T^3 at fixed theta = i/T.",
+    erratum="App. C prints (B2) = (T^2 i - 2 T i^2 - i^3) tr(W^2) + (T^2 i - i^3) tr(W)^2 + o(T^3): the sum "
+            "2 sum_{j>i} T i tr(W^2) = 2 T i (T - i) tr(W^2) contributes 2 T^2 i, which is dropped; the "
+            "leading term is (3 T^2 i - 2 T i^2 - i^3) tr(W^2). This slip is what makes Lemma 1's variance "
+            "2 theta^2 + 7/12 instead of 2 theta^2 - 2 theta + 7/12.",
+))
+
+register(ClosedForm(
+    id="localization.u.proof_b3_limit",
+    title="Lemma 1's proof, term (B3) = 2 sum_{j<i} E[s_i s_j], leading order (T i^2 + i^3) tr(W^2) + i^3 tr(W)^2",
+    source="App. C (proof of Lemma 1), term (B3)",
+    status="asymptotic",
+    params=(I_KEY, T_LEN, TRW, TRW2),
+    derive=lambda: proof_term_limit("B3"),
+    printed=lambda: _printed_proof("B3"),
+    domain=index_domain,
+    doc=_PROOF + "T^3 times the limit of (B3)/T^3 at fixed theta = i/T.",
+))
+
+register(ClosedForm(
+    id="localization.u.proof_c2_limit",
+    title="Lemma 1's proof, term (C2) = 2 sum_{j<j'} E[s_j s_j'], leading order 7 T^4/12 tr(W^2) + T^4/4 tr(W)^2",
+    source="App. C (proof of Lemma 1), term (C2)",
+    status="asymptotic",
+    params=(T_LEN, TRW, TRW2),
+    derive=lambda: proof_term_limit("C2"),
+    printed=lambda: _printed_proof("C2"),
+    doc=_PROOF + "T^4 times the limit of (C2)/T^4.",
+))
+
+register(ClosedForm(
+    id="localization.u.second_moment",
+    title="E[<gamma^i, X^T W_QK x_T>^2], the second moment in Lemma 1's proof, exact at finite T",
+    source="App. C (proof of Lemma 1) [derived]",
+    status="exact",
+    params=(I_KEY, T_LEN, TRW, TRW2),
+    derive=lambda: proof_terms()["second_moment"],
+    domain=index_domain,
+    doc=_PROOF + "(A)/T^2 - ((B1) + (B2) + (B3))/T^3 + ((C1) + (C2))/T^4; equals lambda^2 (v^i + (mu^i - 1/T)^2) "
+                 "with the exact moments of localization.u.variance and .mean (the offset gamma_0^i = 1/T "
+                 "is not part of <gamma^i, omega>).",
+))
+
+register(ClosedForm(
+    id="localization.u.second_moment_limit",
+    title="E[<gamma^i, X^T W_QK x_T>^2], leading order (7/12 - 2 theta + 2 theta^2) tr(W^2) + (theta - 1/2)^2 tr(W)^2",
+    source="App. C (proof of Lemma 1)",
+    status="asymptotic",
+    params=(I_KEY, T_LEN, TRW, TRW2),
+    derive=lambda: proof_term_limit("second_moment"),
+    printed=lambda: _printed_proof("second_moment"),
+    domain=index_domain,
+    doc=_PROOF + "The T -> infinity limit at fixed theta = i/T.",
+    erratum="App. C prints (7/12 + 2 i^2/T^2) tr(W^2) + (1/4 - i/T + i^2/T^2) tr(W)^2: the (B2) slip (a dropped "
+            "2 T^2 i tr(W^2)) removes the -2 i/T of the tr(W^2) coefficient; the (tr W)^2 part is right. The "
+            "printed variance of Lemma 1 follows from it.",
 ))

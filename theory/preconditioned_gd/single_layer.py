@@ -31,7 +31,8 @@ N = n: both papers use the same data model, h is their beta, and both losses hav
 
 Contains
 --------
-``preconditioned_gd.single_layer.loss``, ``.optimal_preconditioner``,
+``preconditioned_gd.single_layer.loss``, ``.in_context_loss`` (eq. 5, sign corrected; the printed
+"+" kept as its erratum), ``.optimal_preconditioner``,
 ``.optimal_preconditioner_isotropic``, ``.optimal_loss``,
 ``.optimal_preconditioner_inverse_task``, ``.optimal_loss_inverse_task``.
 
@@ -91,6 +92,18 @@ def derive_loss(task: str = "identity"):
     yh = expectation(v.x_q.row, v.w.col, v.w.row, v.S, v.A, v.x_q.col)
     hh = expectation(v.w.row, v.S, v.A, v.x_q.col, v.x_q.row, v.A.T, v.S, v.w.col)
     return yy - 2 * yh + hh
+
+
+def printed_loss_eq5():
+    """Eq. 5 as printed at L = 1: ``E(TF_1 + w*^T x_q)^2`` with ``TF_1 = yhat`` (the "+" read
+    literally), i.e. ``E[y_q^2] + 2 E[y_q yhat] + E[yhat^2]`` (the same engine terms as :func:`derive_loss`)."""
+    from ..gaussian import expectation
+
+    v = variables()
+    yy = expectation(v.w.row, v.x_q.col, v.x_q.row, v.w.col)
+    yh = expectation(v.x_q.row, v.w.col, v.w.row, v.S, v.A, v.x_q.col)
+    hh = expectation(v.w.row, v.S, v.A, v.x_q.col, v.x_q.row, v.A.T, v.S, v.w.col)
+    return yy + 2 * yh + hh
 
 
 @cache
@@ -274,6 +287,25 @@ register(ClosedForm(
         "prediction is yhat = h^T A x_q = x_q^T A^T h, so a non-symmetric A enters through A^T "
         "(the excess over the optimum is tr(Sigma D^T E[S^2] D), not tr(Sigma D E[S^2] D^T)). "
         "Equals linear_attention.merged.loss with Lambda = Sigma, N = n, M = A.",
+))
+
+register(ClosedForm(
+    id="preconditioned_gd.single_layer.in_context_loss",
+    title="The in-context loss of eq. 5 at L = 1, P_0 = E_{d+1,d+1}, Q_0 = -[[A, 0], [0, 0]]: E(TF_1 - y_q)^2",
+    source="eq. 5 (sign corrected, as in eqs. 15, 22, 58)",
+    status="exact",
+    params=(SIGMA, N_CTX, A_PRE),
+    derive=derive_loss,
+    printed=printed_loss_eq5,
+    doc="The loss the paper analyses: E([Z_1]_{d+1,n+1} + y_q)^2 = E(TF_1 - y_q)^2 (App. A.1 eq. 15, App. A.4 "
+        "eq. 22, App. C.2 eq. 58, and the authors' code), the same function as preconditioned_gd.single_layer.loss; "
+        "Theorem 1's Q_0 = -[[Gamma*, 0], [0, 0]] minimises it.",
+    erratum="Eq. 5 prints f = E(TF_L + w*^T x^(n+1))^2 with TF_L = -[Z_L]_{d+1,n+1}, i.e. E([Z_L]_{d+1,n+1} - y_q)^2 "
+            "read literally: at L = 1 it exceeds the analysed loss by 4 tr(Sigma A^T Sigma) and its minimiser is "
+            "+Gamma*, the mirror of Theorem 1's Q_0 = -[[Gamma*, 0], [0, 0]]. The '+' should be '-' (equivalently "
+            "([Z_L]_{d+1,n+1} + w*^T x)^2, as eq. 58 writes it). Eq. 5 also indexes the parameters l = 0..L where "
+            "eq. 4 has l = 0..L-1.",
+    example={"Sigma": [2.0, 1.0, 0.5], "n": 10, "A": [[0.4, 0.1, 0.0], [0.0, 0.7, 0.2], [0.1, 0.0, 1.0]]},
 ))
 
 register(ClosedForm(

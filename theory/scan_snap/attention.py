@@ -15,10 +15,16 @@ Derived here (sympy, not retyped); the decoder (Lemma 5) is :mod:`theory.scan_sn
   of eq. 10 read as an average, i.e. expected batch-1 SGD); ``k = K`` is eq. 10's sum read literally.
 * Eq. 14's two regimes: the corrected B_n with ``h(t/K) ~ eta_Y t/(M K)`` (the slope of eq. 44 at
   h = 0) and ``h(t/K) ~ ln(M eta_Y t/K)/M`` (the dominant balance ``e^{M h} ~ M eta_Y t/K`` of eq. 45).
+* Eq. 13 in the symmetric case (K classes sharing the query and one common token of overlap ``q =
+  f_n^T f_n'``): ``E = q (J - I)`` inverts in closed form, ``beta = E' = q/((1-q)(1+(K-1) q))``, so
+  ``xi_n/gamma = (K-1) q^2/((1-q)(1+(K-1) q))`` and the averaged common-token rate is ``-(K-1) q^2/(1 +
+  (K-1) q)``; to leading order in ``q = e^{2z}/rho0^2`` both are ``e^{4z}/C0`` with ``C0 = rho0^4/(K-1)``.
 
 Errata: eq. 124 drops the lower limit of the integral, so the paper's
 ``B_n = 1/4 ln(C0 + 4 Gamma)`` (and eqs. 14, 129-132) carries an extra ``1/4 ln C0`` (B_n(0) != 0);
-eq. 10 sums over classes, which under Theorem 4's clock multiplies the common-token rate by K.
+eq. 10 sums over classes, which under Theorem 4's clock multiplies the common-token rate by K; eq. 13's
+``C0 := rho0^4/K`` should be ``rho0^4/(K-1)``. Theorem 3's bound (eq. 12) and the consequences of Theorem 4
+are :mod:`theory.scan_snap.growth`.
 
 Records whose value needs ``h`` evaluate it through ``scan_snap.h.continuous`` /
 ``scan_snap.h.discrete`` in the requested backend (``evaluate=``); the sympy expression is
@@ -28,7 +34,7 @@ Contains
 --------
 ``scan_snap.attention.growth``, ``.growth_printed``, ``.growth_literal``, ``.common_logit``,
 ``.common_logit_literal``, ``.growth_scanning``, ``.growth_snapping``, ``.relative_gain``,
-``.common_pair_term``.
+``.common_pair_term``, ``.symmetric_xi``, ``.symmetric_common_rate``, ``.snap_constant``.
 """
 
 from __future__ import annotations
@@ -230,6 +236,63 @@ def printed_common_pair_term():
     return -(1 - a**2) * (a * b)
 
 
+# -- eq. 13: the symmetric single-common-token case -------------------------------------------------------
+@cache
+def symmetric_inverse():
+    """(I + E)^{-1} for E = q (J - I) (K x K, J the all-ones matrix), as (a, b) with (I + E)^{-1} = a I + b J:
+    (x I + y J)(a I + b J) = x a I + (x b + y a + K y b) J, solved for the identity."""
+    import sympy as sp
+
+    q, K = _sym("q"), _sym("K")
+    a, b = sp.symbols("a b")
+    x, y = 1 - q, q                                        # I + E = (1 - q) I + q J
+    sol = sp.solve([sp.Eq(x * a, 1), sp.Eq(x * b + y * a + K * y * b, 0)], [a, b], dict=True)[0]
+    return sp.simplify(sol[a]), sp.simplify(sol[b])
+
+
+@cache
+def derive_symmetric_xi():
+    """xi_n/gamma = sum_{n' != n} beta_nn' f_n^T f_n' with beta = E' = I - (I + E)^{-1} off the diagonal
+    (= -b) and f_n^T f_n' = q for all n != n' (one common token of weight f_l^2 = q in every class)."""
+    import sympy as sp
+
+    q, K = _sym("q"), _sym("K")
+    _, b = symmetric_inverse()
+    return sp.factor(sp.simplify((K - 1) * (-b) * q))
+
+
+@cache
+def derive_symmetric_common_rate():
+    """dz_ml/dt / (eta_Z gamma) of the common token from eq. 97 averaged over the K classes (expected
+    batch-1 SGD): (1/K) sum_n f_l sum_{n' != n} beta_nn' (q f_l - f_l) with f_l = sqrt(q)."""
+    import sympy as sp
+
+    q, K = _sym("q"), _sym("K")
+    _, b = symmetric_inverse()
+    fl = sp.sqrt(q)
+    per_class = fl * (K - 1) * (-b) * (q * fl - fl)
+    return sp.factor(sp.simplify(K * per_class / K))
+
+
+@cache
+def derive_snap_constant():
+    """Eq. 13's C0: with q = e^{2z}/rho0^2 (normaliser held at rho0), xi_n/gamma = e^{4z}/C0 to leading
+    order in q, and the averaged common-token rate -eta_Z gamma e^{4z}/C0 with the same C0."""
+    import sympy as sp
+
+    q, rho0 = _sym("q"), _sym("rho0")
+    lead_xi = sp.series(derive_symmetric_xi(), q, 0, 3).removeO()
+    lead_z = sp.series(derive_symmetric_common_rate(), q, 0, 3).removeO()
+    assert sp.simplify(lead_xi + lead_z) == 0               # the same constant in both halves of eq. 13
+    coef = sp.simplify(lead_xi / q**2)
+    return sp.simplify(rho0**4 / coef)
+
+
+def printed_snap_constant():
+    """Eq. 13: C0 := rho0^4/K."""
+    return _sym("rho0") ** 4 / _sym("K")
+
+
 # -- numerics ----------------------------------------------------------------------------------
 def _h_of_t(backend, values):
     """h(t/K) from scan_snap.h.continuous in ``backend``."""
@@ -282,6 +345,16 @@ def _f_domain(values, dims):
     for n in ("f_nl", "f_npl"):
         if np.any(np.asarray(values[n]) > 1):
             raise ValueError(f"{n}: an entry of a unit vector must be <= 1, got {values[n]!r}")
+
+
+def _q_domain(values, dims):
+    if np.any(np.asarray(values["q"]) >= 1):
+        raise ValueError(f"q: the overlap f_n^T f_n' = f_l^2 of two unit vectors must be < 1, got {values['q']!r}")
+
+
+def _rho0_domain(values, dims):
+    if np.any(np.asarray(values["rho0"]) < 1):
+        raise ValueError(f"rho0: ||c~_n||/c~_ln >= 1, got {values['rho0']!r}")
 
 
 # -- registry ---------------------------------------------------------------------------------------
@@ -434,4 +507,57 @@ register(ClosedForm(
         "f_nl - f_n'l] of eq. 97 equals -(1 - f_nl^2) f_nl f_n'l <= 0; summed with beta_nn' it gives "
         "dz_ml = -eta_Z sum_n (1 - f_nl^2) xi_n (eq. 100). A distinct token (f_n'l = 0) gives f_nl^2 "
         "f_n^T f_n' >= 0 instead (eq. 98).",
+))
+
+Q_P = positive("q", "Overlap f_n^T f_n' = f_nl^2 of two classes sharing only the common token l (< 1).",
+               example=0.1, sample=(0.001, 0.9))
+K2_P = index("K", "Number of classes sharing the query, K >= 2.", low=2)
+RHO0_P = positive("rho0", "rho0 = ||c~_n||/c~_ln: the normaliser of f_n over the common token's score (>= 1).",
+                  example=3.0, sample=(1.0, 20.0))
+_SYM_CASE = ("Symmetric case of Theorem 4 / Corollary 2 with one common token: K classes share the query, each "
+             "has the common token with the same f_l^2 = q (so f_n^T f_n' = q, E = q (J - I)) and its own "
+             "distinct tokens; beta = E' = I - (I + E)^{-1} (Theorem 1 to leading order, as in eq. 10).")
+
+register(ClosedForm(
+    id="scan_snap.attention.symmetric_xi",
+    title="xi_n/gamma = (K-1) q^2/((1-q)(1+(K-1) q)) with one common token of overlap q (symmetric case)",
+    source="Theorem 1(a), eq. 13 (exact in the symmetric single-common-token case) [derived]",
+    status="exact",
+    params=(Q_P, K2_P),
+    derive=derive_symmetric_xi,
+    domain=_q_domain,
+    doc=_SYM_CASE + " (I + E)^{-1} = (I - q J/(1 + (K-1) q))/(1 - q), so beta_nn' = q/((1-q)(1+(K-1) q)) "
+        "and xi_n/gamma = (K-1) q beta. To leading order (K-1) q^2, i.e. e^{4z}/C0 with C0 = rho0^4/(K-1).",
+))
+
+register(ClosedForm(
+    id="scan_snap.attention.symmetric_common_rate",
+    title="Common-token rate dz/dt/(eta_Z gamma) = -(K-1) q^2/(1+(K-1) q), eq. 10 averaged over classes",
+    source="eqs. 10, 13, 100 (exact in the symmetric single-common-token case) [derived]",
+    status="exact",
+    params=(Q_P, K2_P),
+    derive=derive_symmetric_common_rate,
+    domain=_q_domain,
+    doc=_SYM_CASE + " Eq. 10's class sum read as an average (expected batch-1 SGD, the clock of gamma(t)); "
+        "the literal sum is K times this. Equals -(1 - q) xi_n/gamma (eq. 100).",
+))
+
+register(ClosedForm(
+    id="scan_snap.attention.snap_constant",
+    title="C0 of eq. 13: rho0^4/(K-1) (leading order in f_l^2 = e^{2z}/rho0^2)",
+    source="eq. 13 (corrected), Theorem 4",
+    status="asymptotic",
+    params=(RHO0_P, K2_P),
+    derive=derive_snap_constant,
+    printed=printed_snap_constant,
+    domain=_rho0_domain,
+    doc=_SYM_CASE + " With the normaliser of f_n held at rho0 (q = e^{2z}/rho0^2), xi_n/gamma and the averaged "
+        "common-token rate are e^{4z}/C0 and -eta_Z gamma e^{4z}/C0 to leading order in q, with C0 = "
+        "rho0^4/(K-1); the relative corrections are (K-1) q and q (records symmetric_xi, "
+        "symmetric_common_rate), so eq. 13 needs K q << 1.",
+    erratum="Eq. 13 defines C0 := rho0^4/K, but the sum over n' != n has K - 1 terms: with the class sum of "
+            "eq. 10 averaged (the reading under which Theorem 4's two hypotheses share one C0) both halves "
+            "of eq. 13 hold with C0 = rho0^4/(K-1); rho0^4/K makes the common token fall K/(K-1) times too "
+            "fast. (Read literally, the sum gives rho0^4/(K (K-1)) for z and rho0^4/(K-1) for xi_n: no "
+            "single C0.)",
 ))

@@ -35,7 +35,7 @@ Contains
 --------
 ``scan_snap.h.discrete``, ``.continuous``, ``.time_of``, ``.linear``, ``.logarithmic``,
 ``.gap_bound``, ``.root_low``, ``.root_high``, ``.omega_0``, ``.omega_1``, ``.identity_53``,
-``.identity_54``, ``.identity_56``, ``.identity_57``.
+``.identity_54``, ``.identity_56``, ``.identity_57``, ``.remark3_rate``.
 """
 
 from __future__ import annotations
@@ -230,6 +230,19 @@ def derive_omega_1():
     M = _sym("M")
     _, hi = lemma8_roots()
     return hi / sp.log(M) - 1
+
+
+@cache
+def derive_remark3_rate():
+    """The eta_Y at which h(1) reaches the lower root u_lo/M of Lemma 8: eq. 45 at t = 1, h = u_lo/M,
+    solved for eta_Y, with e^{u_lo} = (M-1) u_lo (Remark 3: for a larger eta_Y, e^{M h(t)} - (M-1) M h(t)
+    changes sign once on t >= 1, at the upper root)."""
+    import sympy as sp
+
+    M, eta, t, h = syms()
+    lo, _ = lemma8_roots()
+    (sol,) = sp.solve(sp.Eq(derive_time_of().subs({h: lo / M}), 1), eta)
+    return sp.simplify(sol.subs(sp.exp(lo), (M - 1) * lo))
 
 
 def t_of_h_expr(hval):
@@ -433,6 +446,11 @@ def _omega_1(backend, values, dims):
     return root_u(backend, M, -1) / backend_ops(backend).log(M) - 1
 
 
+def _remark3_rate(backend, values, dims):
+    M = values["M"]
+    return (2 * (M - 1) * root_u(backend, M, 0) - 1) / M
+
+
 def t_positive(values, dims):
     """The t -> oo forms take ln t: t = 0 is outside them."""
     if np.any(np.asarray(values["t"]) <= 0):
@@ -545,6 +563,14 @@ register(ClosedForm(
     evaluate=_omega_1,
     doc=_ROOT_DOC + " Eq. 51, M^{omega_1} = (1 + omega_1) ln M (M-1)/M, is solved by "
     "(1 + omega_1) ln M = u_hi; omega_1 = Theta(ln ln M/ln M) (0.3198 at M = 1000)."))
+
+register(ClosedForm(
+    id="scan_snap.h.remark3_rate", title="Remark 3: the eta_Y at which h(1) = u_lo/M (the lower root of Lemma 8)",
+    source="Remark 3", status="exact", params=(M4_P,), derive=derive_remark3_rate, evaluate=_remark3_rate,
+    doc=_ROOT_DOC + " Remark 3 assumes eta_Y >> M^{-0.99} so that h(1) > u_lo/M and only the upper root matters for "
+    "t >= 1; exactly, h(1) > u_lo/M iff eta_Y exceeds this value, (2 (M-1) u_lo - 1)/M = (1 + 2/(M-1) + O(M^-2))/M, "
+    "which is below M^{-0.99} for M >= 100 (so 'M >> 100' makes the paper's condition sufficient) but not for small M "
+    "(at M = 10 it is 1.27/M against M^{-0.99} = 1.02/M)."))
 
 _ID_DOC = ("Lemma 9 (K = 1), an exact identity along the solution: with t = t(h) (eq. 45) and "
            "Delta_1 = e^{Mh}/(M-1), Delta_2 = e^{Mh}/((M-1) M h), the printed right-hand side equals "

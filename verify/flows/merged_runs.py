@@ -22,11 +22,15 @@ FIG_POINTS = 400
 FIG_MARKERS = 80
 
 
-def series(x, y, label: str, style: str = "-") -> dict:
-    """A figure series thinned to about :data:`FIG_POINTS` points (:data:`FIG_MARKERS` markers for ``"o"``)."""
+def series(x, y, label: str, style: str = "-", group: str | None = None) -> dict:
+    """A figure series thinned to about :data:`FIG_POINTS` points (:data:`FIG_MARKERS` markers for ``"o"``);
+    ``group``: the condition it belongs to (the series of one group share a colour)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     step = max(1, x.size // (FIG_POINTS if style != "o" else FIG_MARKERS))
-    return {"label": label, "x": x[::step].tolist(), "y": y[::step].tolist(), "style": style}
+    out = {"label": label, "x": x[::step].tolist(), "y": y[::step].tolist(), "style": style}
+    if group is not None:
+        out["group"] = str(group)
+    return out
 
 
 def lines_figure(title: str, ylabel: str, series: list, xlabel: str = "t/τ", **scales) -> dict:

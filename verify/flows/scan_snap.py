@@ -2,9 +2,9 @@
 
 The class vectors ``zeta_n`` and their inner products (App. D.1), the weakly correlated
 attention ``F`` and Theorem 1's decomposition of the decoder gradient in the basis ``F``
-(eqs. 83-88, with eq. 70's ``Y``), the equal-overlap attention and the batch decoder dynamics
-of Remark 1 (eqs. 7, 40-43), the continuous solution ``h(t)`` of Lemma 6 (numpy) and the time
-shift ``c(s)`` of Lemma 7 / Remark 2.
+(eqs. 83-88, with eq. 70's ``Y`` or that of the iterated K-class decoder), the equal-overlap
+attention and the batch decoder dynamics of Remark 1 (eqs. 7, 40-43), the continuous solution
+``h(t)`` of Lemma 6 (numpy) and the time shift ``c(s)`` of Lemma 7 / Remark 2.
 """
 
 from __future__ import annotations
@@ -103,15 +103,25 @@ def beta_eq88(Ep, theta, M, n, m, printed: bool = False):
 
 
 def eq88_trial(rng, M: int, K: int):
-    """One random draw of Theorem 1's decomposition: ``F`` (:func:`weak_attention`), ``theta_k ~
-    U(-0.2, 0.2)``, ``h ~ U(0.2, 2) ln M / M`` and a class ``n``. Returns ``(relative residual of
-    g in span F, |iota_measured - eq. 86|, max |beta_measured - eq. 88 corrected|, min |beta_measured
-    - eq. 88 printed|, min |eq. 88 printed - corrected|)``, over the classes ``m != n``."""
+    """One random draw of Theorem 1's decomposition from the decoder dynamics: ``F`` (:func:`weak_attention`),
+    ``eta_Y`` log-uniform in [0.03, 1], ``N = K N-bar`` batch-1 steps of eq. 26 (``N-bar`` log-uniform in [20, 200],
+    classes drawn uniformly) from ``Y = 0`` (:func:`verify.flows.scan_snap_kclass.kclass_decoder`), then ``g = Y (e_n
+    - alpha_n)`` of the iterated ``Y`` for a random class ``n``, decomposed in ``F`` with ``theta_k =
+    h*(N_k)/h*(N-bar) - 1`` from the counts (:func:`verify.flows.scan_snap_kclass.decomposition`). Returns ``(relative
+    residual of g in span F, |iota_measured - eq. 86|, max |beta_measured - eq. 88 corrected|, min |beta_measured -
+    eq. 88 printed|, min |eq. 88
+    printed - corrected|, M h*(N-bar))``, over the classes ``m != n``."""
+    from verify.flows.scan_snap_kclass import decomposition, kclass_decoder, theorem5_Y
+
     F = weak_attention(rng, M, K)
-    theta = rng.uniform(-0.2, 0.2, K)
-    h = rng.uniform(0.2, 2.0) * math.log(M) / M
+    eta = math.exp(rng.uniform(math.log(0.03), 0.0))
+    nbar = int(round(math.exp(rng.uniform(math.log(20), math.log(200)))))
+    order = rng.integers(K, size=K * nbar)
+    out = kclass_decoder(F, M, eta, order, watch=False)
+    _, theta, hbar = theorem5_Y(F, M, eta, out["counts"])
     n = int(rng.integers(K))
-    a, Ep, r = theorem1_coefficients(F, theta, h, n)
+    a, r = decomposition(F, out["Y"], M, eta, out["counts"], n)
+    Ep = np.eye(K) - np.linalg.inv(F.T @ F)
     err_iota = abs(a[n] - iota_eq86(Ep, theta, M, n))
     worst, worst_p, e_printed = 0.0, np.inf, np.inf
     for m in range(K):
@@ -120,7 +130,7 @@ def eq88_trial(rng, M: int, K: int):
         worst = max(worst, abs(-a[m] - beta_eq88(Ep, theta, M, n, m)))
         worst_p = min(worst_p, abs(-a[m] - beta_eq88(Ep, theta, M, n, m, printed=True)))
         e_printed = min(e_printed, abs(beta_eq88(Ep, theta, M, n, m) - beta_eq88(Ep, theta, M, n, m, printed=True)))
-    return r, err_iota, worst, worst_p, e_printed
+    return r, err_iota, worst, worst_p, e_printed, M * hbar
 
 
 # =====================================================================================

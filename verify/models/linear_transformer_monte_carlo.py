@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.preconditioned_gd.wishart import matching_counts
 from verify.models.linear_transformer import general_layers, predict, sparse_layers
 from verify.stats import batch_mean, chunks
-from verify.tasks.preconditioned_gd import sample_prompts
+from verify.tasks.preconditioned_gd import Prompts, sample_prompts
 
-__all__ = ["N_PAPER", "D_PAPER", "CHUNK", "STEPS", "OPT_LOSS", "planar_moments", "mc_transformer_loss",
-           "per_prompt_gradients", "full_gradient_z"]
+__all__ = ["N_PAPER", "D_PAPER", "CHUNK", "STEPS", "OPT_LOSS", "TILT", "planar_moments", "mc_transformer_loss",
+           "tilted_prompts", "per_prompt_gradients", "full_gradient_z"]
 
 #: The paper's sizes (§4.3): context length and dimension.
 N_PAPER, D_PAPER = 20, 5
@@ -27,9 +26,60 @@ OPT_LOSS = "preconditioned_gd.multi_layer.optimal_loss"
 
 def planar_moments(n: int, d: int, K: int = 6) -> np.ndarray:
     """Wrong model (negative control): only the planar pairings (``r + c = k + 1``), i.e.
-    the Marchenko-Pastur moments at finite ``n, d`` without the real-Gaussian corrections."""
-    return np.array([sum(cnt * d**r * n ** (c - k) for (r, c), cnt in matching_counts(k).items()
-                         if r + c == k + 1) for k in range(1, K + 1)], dtype=float)
+    the Marchenko-Pastur moments at finite ``n, d`` without the real-Gaussian corrections:
+    ``m_k = sum_r N(k, r) d^r n^(1 - r)`` with the Narayana numbers ``N(k, r) = C(k, r) C(k, r - 1) / k``
+    (the planar matchings of :func:`theory.preconditioned_gd.wishart.matching_counts`, equal for
+    ``k <= 6``, tests). ``m_1..m_K``."""
+    from math import comb
+
+    return np.array([sum(comb(k, r) * comb(k, r - 1) // k * d**r * float(n) ** (1 - r) for r in range(1, k + 1))
+                     for k in range(1, K + 1)], dtype=float)
+
+
+#: Stretch factors of the largest eigenvalue of the whitened context covariance (the importance-sampling
+#: mixture, equal weights; the factor 1 keeps every weight below 5).
+TILT = (1.0, 1.4, 2.0, 2.8, 4.0)
+
+
+def _log_density_ratio(lam: np.ndarray, rho: float, n: int, d: int) -> np.ndarray:
+    """``log p(lam) - log p(lam with its largest entry divided by rho)`` for the joint eigenvalue density
+    of ``S_u`` (real Wishart, ``n >= d``): ``p ~ prod lam_i^((n-d-1)/2) exp(-n lam_i / 2) prod_{i<j}
+    |lam_i - lam_j|``; ``inf`` where the largest entry divided by ``rho`` falls below the next one (that
+    mixture component cannot produce ``lam``). ``lam`` ascending, shape (B, d)."""
+    top, rest = lam[:, -1], lam[:, :-1]
+    below = top[:, None] / rho - rest
+    ok = np.all(below > 0, axis=1)
+    out = ((n - d - 1) / 2) * np.log(rho) - n * top * (1 - 1 / rho) / 2
+    out = out + np.sum(np.log(top[:, None] - rest), axis=1) - np.sum(np.log(np.where(below > 0, below, 1.0)), axis=1)
+    return np.where(ok, out, np.inf)
+
+
+def tilted_prompts(rng, Sigma, n: int, B: int, tilt=TILT):
+    """Prompts of the Theorem-3/4 data model whose contexts are stretched along their largest principal
+    direction, with the importance weights that make averages unbiased for the original law.
+
+    A white context ``G`` (d x n) is ``U diag(sqrt(n lam)) V^T`` with ``U, V`` Haar and independent of the
+    eigenvalues ``lam`` of ``S_u = G G^T / n``; ``G -> (I + (sqrt(rho) - 1) v v^T) G`` (``v`` the top
+    eigenvector) multiplies the largest eigenvalue by ``rho`` and keeps ``U, V``. With ``rho`` drawn
+    from ``tilt`` (equal probabilities) the new eigenvalues have the density ``q = sum_j p(T_j^{-1} lam) /
+    (|tilt| rho_j)``, and ``p / q`` (:func:`_log_density_ratio`; bounded by ``|tilt|``) is the weight.
+    The covariates are ``C G`` (``Sigma = C C^T``), the query ``C g``, the task ``C^{-T} g'``."""
+    from scipy.special import logsumexp
+
+    d = Sigma.shape[0]
+    rho = np.asarray(tilt, dtype=float)
+    G = rng.standard_normal((B, d, n))
+    lam, vec = np.linalg.eigh(np.einsum("bdi,bei->bde", G, G) / n)
+    j = rng.integers(0, len(rho), B)
+    v = vec[:, :, -1]
+    G = G + ((np.sqrt(rho[j]) - 1)[:, None] * v)[:, :, None] * np.einsum("bd,bdi->bi", v, G)[:, None, :]
+    lam[:, -1] *= rho[j]
+    terms = np.stack([-np.log(len(rho)) - _log_density_ratio(lam, r, n, d) - np.log(r) for r in rho], axis=1)
+    weight = np.exp(-logsumexp(terms, axis=1))
+    C = np.linalg.cholesky(Sigma)
+    X = np.concatenate([np.einsum("ij,bjk->bik", C, G), (rng.standard_normal((B, d)) @ C.T)[:, :, None]], axis=2)
+    w = np.linalg.solve(C.T, rng.standard_normal((B, d)).T).T
+    return Prompts(X=X, w=w), weight, lam
 
 
 def mc_transformer_loss(rng, Sigma, n, A_list, total, task="inverse", B_list=None):

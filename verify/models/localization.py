@@ -1,5 +1,7 @@
-"""Models of Bao, Hataya, Karakida 2024: the clipped-linear attention of Sec. 3 (eq. 3) and a
-small softmax self-attention language model (Sec. 7, App. D) with the LOCATER regulariser.
+"""Models of Bao, Hataya, Karakida 2024: the clipped-linear attention of Sec. 3 (eq. 3), the
+softmax self-attention block of Sec. 2 with the LOCATER regulariser (Sec. 6), and the statistics
+of W_QK and of attention that Sec. 7 measures. The trained language model of Sec. 7 (embedding,
+Post-LN, cross-entropy on text) is :mod:`verify.models.localization_lm`.
 
 H. Bao, R. Hataya, R. Karakida, *Self-attention networks localize when QK-eigenspectrum
 concentrates*, ICML 2024.
@@ -19,7 +21,7 @@ Its QK-gradient (eq. 3, for ``Gamma`` locally constant, i.e. off the clip bounda
 with ``P = X^T W_V^T W_F^T W_F W_V X`` and ``q = X^T W_V^T W_F^T (W_F x_T - y)``; the paper
 prints the first two terms **without P** (``form="printed"``).
 
-Language model: ``L`` blocks ``Z = X + W_V X A^T``, ``X' = Z + W_F2 relu(W_F1 Z)``, with the
+Block of Sec. 2: ``L`` blocks ``Z = X + W_V X A^T``, ``X' = Z + W_F2 relu(W_F1 Z)``, with the
 causal softmax attention ``A[t, s] = softmax_s(x_s^T W_Q^T W_K x_t / lambda)`` over keys
 ``s <= t``, ``lambda = sqrt(d)``, separate ``W_Q, W_K, W_V`` (single head), no layer norm (the
 block as analysed in the paper; the paper's experiments use post-LN), no embedding; the
@@ -31,9 +33,13 @@ linearised_coefficients   ``u``, ``Gamma``, ``gamma~_0`` of the clipped-linear s
 clipped_linear_loss       per-sample loss of the clipped-linear model (numpy or torch)
 qk_gradient               eq. 3 per sample, ``form="corrected"`` (P restored) or ``"printed"``
 qk_gradient_expansion     the index sums (19)-(21) of App. B.1, per sample
+qk_gradient_terms         the terms (19)-(21) per sample in O(d T) memory (long sequences), and
+                          (19) restricted to its alpha = i, beta = j summands (Sec. 3)
 eigenspectrum             ``tr W_QK / d``, eq.-8 variance of the symmetric part, ``||W_QK||_F^2``
 locater_penalty           kappa1 ||W_QK||_F^2 + kappa2 (tr W_QK - 1)^2 (torch)
-SelfAttentionLM           the torch language model
+SelfAttentionLM           the torch blocks of Sec. 2 (no embedding, no layer norm)
+attention_entropy         Shannon entropy of each causal attention row
+signal_propagation_frequency  Fig. 7's batch frequency of ``u_i in [0, 1]`` from last-query logits
 """
 
 from __future__ import annotations
@@ -50,9 +56,9 @@ try:  # torch is needed only for the trainable model and autograd
 except ImportError:  # pragma: no cover
     torch = nn = None
 
-__all__ = ["FORMS", "SelfAttentionLM", "noisy_walk", "train_language_model", "attention_entropy",
+__all__ = ["FORMS", "SelfAttentionLM", "attention_entropy",
            "clipped_linear_loss", "eigenspectrum", "linearised_coefficients", "locater_penalty", "qk_gradient",
-           "qk_gradient_expansion", "signal_propagation_frequency"]
+           "qk_gradient_expansion", "qk_gradient_terms", "signal_propagation_frequency"]
 
 FORMS = ("corrected", "printed")
 
@@ -187,6 +193,40 @@ def qk_gradient_expansion(X, y, W_QK, W_V, W_F, temperature):
     return t19, t20, t21
 
 
+def qk_gradient_terms(X, y, W_QK, W_V, W_F, temperature):
+    """The three terms (19), (20), (21) of the corrected eq. 3 per sample, and (19) restricted to
+    the summands with ``alpha = i`` and ``beta = j`` (Sec. 3's "dominant" summands ``gamma~^i_i``),
+    each ``(B, d, d)``, without forming the ``T x T`` matrices ``Gamma`` and ``P``.
+
+    ``X Gamma = (X - xbar 1^T) diag(1{u in [0, 1]}) / T`` (``xbar`` the mean token) and
+    ``Gamma^T omega = 1{u in [0, 1]} (u - 1/T)``; ``P v = X^T W_V^T W_F^T W_F W_V X v`` is applied
+    as two products with ``X``. The restriction keeps ``gamma~^i_i = 1/T - 1/T^2`` on the
+    diagonal of ``Gamma`` and drops its off-diagonal ``-1/T^2``. Agrees with
+    :func:`qk_gradient` (``terms=True``) to round-off.
+
+    Returns
+    -------
+    t19, t20, t21, t19_diagonal : arrays (B, d, d)
+    """
+    X, y, W_QK, W_V, W_F, lam = _inputs(X, y, W_QK, W_V, W_F, temperature)
+    T = X.shape[2]
+    xT = X[:, :, -1]
+    omega = _omega(X, W_QK, lam)
+    u = omega / T - omega.sum(axis=1, keepdims=True) / T**2 + 1.0 / T
+    inside = ((u >= 0) & (u <= 1)).astype(float)
+    gamma0 = np.where(inside > 0, 1.0 / T, np.where(u > 1, 1.0, 0.0))
+    V = np.einsum("de,bet->bdt", W_F @ W_V, X)                      # W_F W_V X
+
+    def P(v):                                                        # X^T W_V^T W_F^T W_F W_V X v
+        return np.einsum("bdt,bd->bt", V, np.einsum("bdt,bt->bd", V, v))
+
+    XG = (X - X.mean(axis=2, keepdims=True)) * (inside / T)[:, None, :]
+    diag = inside * (1.0 / T - 1.0 / T**2)                           # gamma~^i_i
+    q = np.einsum("bdt,bd->bt", V, xT @ W_F.T - y)
+    pairs = ((XG, P(inside * (u - 1.0 / T))), (XG, P(gamma0)), (XG, q), (X * diag[:, None, :], P(diag * omega)))
+    return tuple(np.einsum("bdt,bt,be->bde", A, v, xT) / lam for A, v in pairs)
+
+
 # =====================================================================================
 # Eigenspectrum statistics and LOCATER
 # =====================================================================================
@@ -213,24 +253,21 @@ def locater_penalty(W_Q, W_K, kappa1: float, kappa2: float):
 
 
 def attention_entropy(A):
-    """Shannon entropies (nats) of causal attention rows ``A`` (B, T, T), row t over keys s <= t.
-
-    Returns ``(last, all)``: the last query's entropy averaged over the batch, and the
-    average over the batch and all T queries.
-    """
-    ent = -torch.special.xlogy(A, A).sum(dim=-1)                      # (B, T); 0 log 0 = 0
-    return ent[:, -1].mean(), ent.mean()
+    """Shannon entropy (nats) of each causal attention row of ``A`` (B, T, T), row ``t`` over the keys
+    ``s <= t`` (``0 log 0 = 0``): shape (B, T). Its mean over the rows is the attention entropy of
+    Zhai et al. that Sec. 7 monitors."""
+    return -torch.special.xlogy(A, A).sum(dim=-1)
 
 
-def signal_propagation_frequency(X, W_QK, temperature):
-    """Batch frequency of ``u_i in [0, 1]`` (Fig. 7's estimate of rho_i), shape ``(T,)``.
-
-    ``X`` (B, d, T) is the attention input, ``omega = X^T W_QK x_T / temperature``.
-    """
-    omega = (X.transpose(1, 2) @ (W_QK @ X[:, :, -1:])).squeeze(-1) / temperature
-    T = X.shape[-1]
-    u = omega / T - omega.sum(dim=1, keepdim=True) / T**2 + 1.0 / T
-    return ((u >= 0) & (u <= 1)).to(X.dtype).mean(dim=0)
+def signal_propagation_frequency(omega):
+    """Fig. 7's estimate of rho_i: the fraction of the batch with ``u_i = omega_i / T -
+    sum_j omega_j / T^2 + 1 / T`` in ``[0, 1]`` (Definition 1), from the last query's logits
+    ``omega`` (B, T) (``X^T W_QK x_T / lambda`` for the block of Sec. 2; a trained model's real
+    logits, biases included); shape (T,). ``u_i in [0, 1]`` iff ``omega_i - mean(omega)`` lies in
+    ``[-1, T - 1]``."""
+    T = omega.shape[-1]
+    u = omega / T - omega.sum(dim=-1, keepdim=True) / T**2 + 1.0 / T
+    return ((u >= 0) & (u <= 1)).to(omega.dtype).mean(dim=0)
 
 
 class SelfAttentionLM(nn.Module if nn is not None else object):
@@ -293,63 +330,3 @@ class SelfAttentionLM(nn.Module if nn is not None else object):
     def locater(self, kappa1: float, kappa2: float):
         """LOCATER penalty summed over the blocks."""
         return sum(locater_penalty(self.W_Q[l], self.W_K[l], kappa1, kappa2) for l in range(self.layers))
-
-
-# -- training (Sec. 7, Figs. 6-7) -------------------------------------------------------------
-#: The experiment's sizes: token dimension, sequence length, batch, Adam step, observation noise.
-D_MODEL, T_SEQ, BATCH = 32, 32, 64
-LR = 1e-3
-SIGMA_OBS = 1.0
-
-
-def noisy_walk(generator, batch, d, T, sigma_obs, dtype, device):
-    """Tokens x_1..x_{T+1} (columns) of a random walk ``s_{t+1} = s_t + e_t`` observed with noise,
-    ``x_t = s_t + n_t`` (``e_t ~ N(0, I_d)``, ``n_t ~ N(0, sigma_obs^2 I_d)``): (batch, d, T + 1)."""
-    import torch
-
-    s = torch.randn(batch, d, T + 1, generator=generator, dtype=dtype, device=device).cumsum(dim=2)
-    return s + sigma_obs * torch.randn(batch, d, T + 1, generator=generator, dtype=dtype, device=device)
-
-
-def train_language_model(generator, *, layers=1, steps=300, kappa1=0.0, kappa2=0.0, record_every=10, d=D_MODEL,
-                         T=T_SEQ, batch=BATCH, lr=LR, device="cpu"):
-    """Train one :class:`SelfAttentionLM` with Adam on next-token regression of a noisy random walk
-    (:func:`noisy_walk`; loss ``|x_{T+1} - F(X)_T|^2 / (2 d)``), with the LOCATER penalty when
-    ``kappa1`` or ``kappa2`` is non-zero (Bao, Hataya, Karakida 2024, Sec. 6-7). Returns a dict of
-    per-record histories (loss, attention entropy, eigenspectrum of the first block's W_QK, rho)
-    and the final eigenspectrum of every block. The data stream and the initialisation both come
-    from ``generator``.
-    """
-    import torch
-
-    dtype = torch.float32
-    model = SelfAttentionLM(d, layers, generator=generator, dtype=dtype, device=device)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    hist = {k: [] for k in ("step", "loss", "entropy_last", "entropy_all", "trace_mean", "variance",
-                            "frobenius_sq", "rho")}
-    for step in range(steps + 1):
-        walk = noisy_walk(generator, batch, d, T, SIGMA_OBS, dtype, device)
-        X, y = walk[:, :, :T], walk[:, :, T]
-        out, attns, inputs = model(X, return_all=True)
-        loss = 0.5 * ((out - y) ** 2).mean(dim=0).sum() / d
-        if step % record_every == 0 or step == steps:
-            with torch.no_grad():
-                e_last, e_all = attention_entropy(attns[0])
-                spec = eigenspectrum(model.qk(0).detach().cpu().double().numpy())
-                rho = signal_propagation_frequency(inputs[0], model.qk(0), model.temperature)
-            hist["step"].append(step)
-            hist["loss"].append(float(loss.detach()))
-            hist["entropy_last"].append(float(e_last))
-            hist["entropy_all"].append(float(e_all))
-            hist["trace_mean"].append(spec["mean"])
-            hist["variance"].append(spec["variance"])
-            hist["frobenius_sq"].append(spec["frobenius_sq"])
-            hist["rho"].append(rho.cpu().double().numpy().tolist())
-        if step == steps:
-            break
-        total = loss + (model.locater(kappa1, kappa2) if (kappa1 or kappa2) else 0.0)
-        opt.zero_grad()
-        total.backward()
-        opt.step()
-    final = {l: eigenspectrum(model.qk(l).detach().cpu().double().numpy()) for l in range(layers)}
-    return {"history": hist, "final": final}

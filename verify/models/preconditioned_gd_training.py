@@ -44,8 +44,14 @@ def paired_loss(rng, Sigma, n, total, layers, layers_ref, chunk=20000):
 
 def experiment_covariance(ctx):
     """The covariance of the training experiments (§4.3): the distorted covariance with the
-    experiment's eigenvalues, a fresh Haar ``U`` per seed (``ctx.rng``)."""
+    experiment's eigenvalues, a fresh Haar ``U`` per seed (``ctx.rng``); the draw already taken
+    for a run of :func:`verify.models.preconditioned_gd_runs.over_problem_draws` when ``ctx``
+    carries one (``ctx.problem_covariance``)."""
     from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance
+
+    drawn = getattr(ctx, "problem_covariance", None)
+    if drawn is not None:
+        return drawn
 
     Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
     return Sigma

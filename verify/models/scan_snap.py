@@ -22,7 +22,11 @@ syn_small, single_common data sets: the authors' Syn-Small generator (M = 34 inc
                          ids) and K classes with D distinct tokens each plus one common token
 attention_velocity       eq. 10 / 97 with the Theorem-1 coefficient beta = E', per unit
                          eta_Z gamma; also xi_n / gamma
+shared_query_velocity,   the same for K classes sharing one query, on the contextual tokens only
+integrate_shared_query   (cheap at any vocabulary size), and its solve_ivp integration with B_n
 population_run           the batch-1 population (Y, Z) dynamics of Lemma 1 + Lemma 2
+population_growth_run    the same, recording every class's xi_n and gamma at every step (B_n, gamma(t))
+eq3_gradients            Lemma 1 (eq. 3) for one sequence: dJ/dY and dJ/dZ in closed form
 decoder_run              Lemma 5's single-class decoder iteration (population_run with eta_Z = 0)
 OneLayerTransformer      torch: embedding, softmax self-attention (separate W_Q, W_K, W_V), the
                          l2 normalisation of §1.2, decoder tied to the embedding, cross-entropy
@@ -42,8 +46,9 @@ try:
 except ImportError:  # pragma: no cover
     torch = nn = None
 
-__all__ = ["SequenceClasses", "syn_small", "single_common", "attention_velocity", "population_run",
-           "decoder_run", "OneLayerTransformer", "train_transformer", "dt_entropy"]
+__all__ = ["SequenceClasses", "syn_small", "single_common", "attention_velocity", "shared_query_velocity",
+           "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
+           "OneLayerTransformer", "train_transformer", "dt_entropy"]
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ def syn_small(num_common: int = 10, num_distinct: int = 10, separate_queries: bo
 
 
 def single_common(K: int, D: int, distinct_weights=None, common_weight: float = 1.0,
-                  shared_query: bool = True) -> SequenceClasses:
+                  shared_query: bool = True, vocabulary: int | None = None) -> SequenceClasses:
     """K classes, each with D distinct tokens and one common token (id 0) shared by all:
     the setting of Theorem 2(b) / Theorem 4. Distinct weights default to linspace(1, 2, D)
     (the same pattern in every class, Corollary 2's symmetric case); ids: common 0, distinct
@@ -155,6 +160,10 @@ def single_common(K: int, D: int, distinct_weights=None, common_weight: float = 
     n_ctx = 1 + K * D
     n_q = 1 if shared_query else K
     M = n_ctx + n_q + K
+    if vocabulary is not None:
+        if vocabulary < M:
+            raise ValueError(f"vocabulary: need at least {M} tokens for K = {K}, D = {D}, got {vocabulary}")
+        M = vocabulary
     P = np.zeros((K, M))
     P[:, 0] = common_weight
     for n in range(K):
@@ -183,6 +192,43 @@ def attention_velocity(classes: SequenceClasses, Z: np.ndarray, scale: float = 1
     dZ = np.zeros_like(Z)
     np.add.at(dZ, classes.psi, scale * v)
     return dZ, xi
+
+
+def shared_query_velocity(P: np.ndarray, z: np.ndarray, scale: float = 1.0):
+    """Eq. 10 for K classes sharing one query, on the contextual tokens: ``P`` (K, L) = P(l | n) over the
+    L contextual tokens, ``z`` (L,) the query's logits on them. Returns (dz/(eta_Z gamma) (L,), xi_n/gamma
+    (K,), f (K, L)); ``scale`` as in :func:`attention_velocity` (1/K: expected batch-1 SGD)."""
+    c = P * np.exp(z - z.max())
+    f = c / np.linalg.norm(c, axis=1, keepdims=True)
+    O = f @ f.T
+    beta = np.eye(len(P)) - np.linalg.inv(O)
+    np.fill_diagonal(beta, 0.0)
+    xi = (beta * O).sum(1)
+    return scale * (f * (xi[:, None] * f - beta @ f)).sum(0), xi, f
+
+
+def integrate_shared_query(P: np.ndarray, M: int, eta_Y: float, eta_Z: float, ts, scale: float,
+                           rtol: float = 1e-11, atol: float = 1e-13):
+    """Integrate eq. 10 (:func:`shared_query_velocity`) with the registered gamma(t) (vocabulary ``M``,
+    K = len(P) classes) and dB_n/dt = eta_Z gamma xi_n, in u = ln(1 + t) (DOP853), from z = 0, B = 0.
+
+    Returns (z (n_t, L), B (n_t, K)) at the times ``ts`` (ascending, ts[0] >= 0)."""
+    import theory
+    from scipy.integrate import solve_ivp
+
+    K, L = P.shape
+    gamma = theory.get("scan_snap.speed.gamma")
+
+    def rhs(u, y):
+        t = np.expm1(u)
+        dz, xi, _ = shared_query_velocity(P, y[:L], scale)
+        return np.concatenate([dz, xi]) * (eta_Z * gamma(t=t, M=M, K=K, eta_Y=eta_Y) * (1 + t))
+
+    us = np.log1p(np.asarray(ts, dtype=float))
+    sol = solve_ivp(rhs, (0.0, us[-1]), np.zeros(L + K), t_eval=us, method="DOP853", rtol=rtol, atol=atol)
+    if not sol.success:
+        raise RuntimeError(f"solve_ivp: {sol.message}")
+    return sol.y[:L].T, sol.y[L:].T
 
 
 # -- the population (Y, Z) dynamics (Lemma 1) ------------------------------------------------------
@@ -234,6 +280,90 @@ def population_run(classes: SequenceClasses, eta_Y: float, eta_Z: float, steps: 
             "queries": queries}
 
 
+def population_growth_run(classes: SequenceClasses, eta_Y: float, eta_Z: float, order, tokens=None,
+                          steps: int | None = None, modified: bool = False):
+    """:func:`population_run` (batch-1, class ``order[s]`` at step s, Y(0) = Z(0) = 0) recording, at every
+    step and for every class n (sampled or not), the Theorem-1 quantities of the current state:
+    g_n = Y (e_n - alpha_n) with alpha_n = softmax(Y^T f_n), gamma_n = g_nl/f_nl and
+    xi_n = g_nl/f_nl - f_n^T g_n at the distinct token l = ``tokens[n]`` (default: the most probable
+    distinct token of class n). If g = gamma (iota f_n - sum beta_nn' f_n') (eq. 9) with iota = 1, these
+    are Theorem 1's gamma and xi_n, and a step of class n moves the logit of a distinct token l by
+    eta_Z f_nl^2 xi_n (eq. 98) exactly.
+
+    Returns a dict: ``z`` (steps + 1, M): the logit row of the query of class 0 after each step;
+    ``xi``, ``gamma`` (steps, K): values before each step; ``f2`` (steps + 1, K): f_nl^2 at ``tokens``;
+    ``tokens``; ``cls``: the order; ``Y``, ``Z``: the final matrices.
+
+    ``order=None`` (with ``steps``): the expected update of a uniformly sampled class at every step, i.e. each
+    class's batch-1 update weighted 1/K (what a large batch averages to; no sampling noise).
+
+    ``modified=True``: the decoder follows the modified gradient of eq. 26, dY = eta_Y (f_n - F E' e_n)(e_n -
+    alpha_n)^T with E' = I - (F^T F)^{-1} of the current attention (the dynamics Lemma 3 and Theorem 5 solve, from
+    which Theorem 1's beta = E' comes); the attention keeps eq. 4. Needs the classes to share one query.
+    """
+    K, M = classes.K, classes.M
+    if order is None:
+        if steps is None:
+            raise ValueError("steps: needed when order is None (the expected update)")
+    else:
+        order = np.asarray(order, dtype=int)
+        steps = len(order)
+    if tokens is None:
+        tokens = np.array([np.flatnonzero(classes.distinct[n])[np.argmax(np.where(classes.distinct[n],
+                                                                                  classes.P[n], -1)
+                                                                         [classes.distinct[n]])]
+                           for n in range(K)])
+    tokens = np.asarray(tokens, dtype=int)
+    support = classes.P > 0
+    logP = np.where(support, np.log(np.where(support, classes.P, 1.0)), -np.inf)
+    Y = np.zeros((M, M))
+    Z = np.zeros((M, M))
+    E = np.zeros((M, K))
+    E[classes.label, np.arange(K)] = 1.0
+    m0 = classes.psi[0]
+    zs, xis, gams, f2s = [Z[m0].copy()], np.zeros((steps, K)), np.zeros((steps, K)), []
+    rows = np.arange(K)
+
+    def attention():
+        a = logP + Z[classes.psi]
+        a = a - a.max(1, keepdims=True)
+        c = np.exp(a)
+        return c / np.linalg.norm(c, axis=1, keepdims=True)  # f (K, M), zero off the support
+
+    f = attention()
+    f2s.append(f[rows, tokens] ** 2)
+    for s in range(steps):
+        logits = Y.T @ f.T                                   # (M, K): alpha_n = softmax of column n
+        logits -= logits.max(0, keepdims=True)
+        al = np.exp(logits)
+        al /= al.sum(0, keepdims=True)
+        err = E - al                                         # e_n - alpha_n, columns
+        G = Y @ err                                          # g_n, columns
+        ftok = f[rows, tokens]
+        gam = G[tokens, rows] / ftok
+        gams[s] = gam
+        xis[s] = gam - np.einsum("km,mk->k", f, G)
+        if modified:
+            Ep = np.eye(K) - np.linalg.inv(f @ f.T)             # E' = I - (I + E)^{-1}, F^T F = I + E
+            fdir = f - Ep.T @ f                                  # row n: f_n - F E' e_n
+        else:
+            fdir = f
+        if order is None:
+            Y += (eta_Y / K) * (fdir.T @ err.T)
+            dz = (eta_Z / K) * f * (G.T - f * np.einsum("km,mk->k", f, G)[:, None])
+            np.add.at(Z, classes.psi, dz)
+        else:
+            n = order[s]
+            fn, gn = f[n], G[:, n]
+            Y += eta_Y * np.outer(fdir[n], err[:, n])
+            Z[classes.psi[n]] += eta_Z * fn * (gn - fn * (fn @ gn))
+        f = attention()
+        zs.append(Z[m0].copy())
+        f2s.append(f[rows, tokens] ** 2)
+    return {"z": np.array(zs), "xi": xis, "gamma": gams, "f2": np.array(f2s), "tokens": tokens, "cls": order,
+            "Y": Y, "Z": Z}
+
+
 def _class_attention(classes, Z, n):
     P = classes.P[n]
     sup = P > 0
@@ -241,6 +371,35 @@ def _class_attention(classes, Z, n):
     mx = logit[sup].max()
     c = np.where(sup, P * np.exp(np.where(sup, logit - mx, 0.0)), 0.0)
     return c / c.sum()
+
+
+def eq3_gradients(Y: np.ndarray, Z: np.ndarray, context, query: int, label: int, *, projector: bool = True):
+    """Lemma 1 (eq. 3) for one sequence: the gradients (dJ/dY, dJ/dZ) of J = x_{T+1}^T Y^T LN(X^T b_T) - log 1^T
+    exp(Y^T LN(X^T b_T)) (eq. 15), b_T = softmax over the contextual tokens of z_{m, x_t} (m = ``query``).
+
+    dJ/dY = LN(X^T b)(e_label - alpha)^T and dJ/dZ = x_T (e_label - alpha)^T Y^T P^perp_{X^T b} X^T diag(b) X /
+    ||X^T b||, written row-wise as eq. 4: only row m is nonzero, z_m' = X^T diag(b) X P^perp Y (e_label - alpha)
+    / ||X^T b||. ``projector=False`` drops P^perp (a wrong form, for negative controls).
+    """
+    M = Y.shape[0]
+    x = np.asarray(context, dtype=int)
+    X = np.zeros((x.size, M))
+    X[np.arange(x.size), x] = 1.0
+    a = Z[query, x]
+    b = np.exp(a - a.max())
+    b /= b.sum()
+    v = X.T @ b
+    nv = np.linalg.norm(v)
+    ln = v / nv
+    alpha = _softmax(Y.T @ ln)
+    err = -alpha
+    err[label] += 1.0
+    dY = np.outer(ln, err)
+    g = Y @ err
+    Pg = g - ln * (ln @ g) if projector else g
+    dZ = np.zeros_like(Z)
+    dZ[query] = (X.T @ np.diag(b) @ X) @ Pg / nv
+    return dY, dZ
 
 
 def decoder_run(M: int, eta_Y: float, steps: int, f: np.ndarray, label: int = 0):
@@ -378,3 +537,14 @@ if nn is not None:
                 rec_steps.append(s + 1)
                 cs.append(classes.attention(model.logit_matrices()[1]))
         return {"steps": np.array(rec_steps), "loss": np.array(losses), "c": np.array(cs)}
+
+else:  # without torch the names still import (so the checks register); using them says what is missing
+
+    _NEEDS_TORCH = "needs torch: pip install 'attention-dynamics-theory[torch]'"
+
+    class OneLayerTransformer:  # noqa: D101 (the torch class above documents it)
+        def __init__(self, *args, **kwargs):
+            raise ImportError(f"OneLayerTransformer {_NEEDS_TORCH}")
+
+    def train_transformer(*args, **kwargs):  # noqa: D103
+        raise ImportError(f"train_transformer {_NEEDS_TORCH}")

@@ -53,6 +53,7 @@ __all__ = [
     "lambda_hat",
     "random_covariance",
     "random_orthogonal",
+    "random_orthogonals",
     "sample_sequences",
     "sample_task",
     "token_matrix",
@@ -90,6 +91,18 @@ def random_orthogonal(rng: np.random.Generator, D: int) -> np.ndarray:
     signs = np.sign(np.diag(r))
     signs[signs == 0] = 1.0
     return q * signs
+
+
+def random_orthogonals(rng: np.random.Generator, batch: int, D: int) -> np.ndarray:
+    """``batch`` independent Haar-distributed ``D x D`` orthogonal matrices, shape ``(batch, D, D)``:
+    :func:`random_orthogonal` vectorised (one batched QR, the same sign correction)."""
+    rng = validate.rng(rng)
+    D = validate.integer("D", D)
+    batch = validate.integer("batch", batch)
+    q, r = np.linalg.qr(rng.standard_normal((batch, D, D)))
+    signs = np.sign(np.diagonal(r, axis1=1, axis2=2))
+    signs[signs == 0] = 1.0
+    return q * signs[:, None, :]
 
 
 def random_covariance(rng: np.random.Generator, eigenvalues) -> np.ndarray:

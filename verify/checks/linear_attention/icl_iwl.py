@@ -219,11 +219,12 @@ def torch_training(ctx):
     t = base["t"]
     series = []
     for p in portions:
-        series += [{"label": f"p={p:g} in-weight test", "x": t.tolist(), "y": runs[p]["iwl"].mean(1).tolist()},
+        series += [{"label": f"p={p:g} in-weight test", "x": t.tolist(), "y": runs[p]["iwl"].mean(1).tolist(),
+                    "group": f"p={p:g}"},
                    {"label": f"p={p:g} in-context test", "x": t.tolist(), "y": runs[p]["icl"].mean(1).tolist(),
-                    "style": ":"},
+                    "style": ":", "group": f"p={p:g}"},
                    {"label": f"p={p:g} M_p in-weight level", "x": [float(t[win][0]), float(t[win][-1])],
-                    "y": [level[p]["iwl"]] * 2, "style": "--"}]
+                    "y": [level[p]["iwl"]] * 2, "style": "--", "group": f"p={p:g}"}]
     return Outcome(
         measured={"plateau in-weight loss": {f"p={p:g}": float(plateau[p]["iwl"].mean()) for p in portions},
                   "final in-weight z vs the in-context predictor (largest p)": z4_end},

@@ -105,10 +105,10 @@ def flow_sigmoid_aligned(ctx):
         worst_ctrl = min(worst_ctrl, d_wrong)
         if printed_sigma is not None:
             worst_printed = max(worst_printed, d_printed)
-        fig_sigma += [series(t, sig_ode, f"ODE, w_init={w:g}", "o"),
-                      series(t, sig10, f"eq. 10, w_init={w:g}", "-")]
-        fig_loss += [series(t, res.loss, f"ODE, w_init={w:g}", "o"),
-                     series(t, loss51, f"eq. 51, w_init={w:g}", "-")]
+        fig_sigma += [series(t, sig_ode, f"ODE, w_init={w:g}", "o", group=w),
+                      series(t, sig10, f"eq. 10, w_init={w:g}", "-", group=w)]
+        fig_loss += [series(t, res.loss, f"ODE, w_init={w:g}", "o", group=w),
+                     series(t, loss51, f"eq. 51, w_init={w:g}", "-", group=w)]
     tol = 1e-7
     controls = [Control("sigma with tau -> 2 tau (GD on L/2 read as the flow)", worst_ctrl, tol,
                         expected=exp_ctrl)]
@@ -154,8 +154,8 @@ def flow_sigmoid_random_init(ctx):
         row, t, sig_ode, sig_eff, sig_raw = random_start_sigma(mo, fm.init_merged(rng, h, d, w), w,
                                                                tau=TAU, rtol=RTOL)
         rows.append({"seed_stream": k, **row})
-        fig += [series(t, sig_ode, f"ODE, init {k}", "o"),
-                series(t, sig_eff, f"eq. 10 with s_eff, init {k}", "-")]
+        fig += [series(t, sig_ode, f"ODE, init {k}", "o", group=k),
+                series(t, sig_eff, f"eq. 10 with s_eff, init {k}", "-", group=k)]
     fig.append(series(t, sig_raw, f"eq. 10 with w_init² = {w * w:.3g}", "--"))
     disc = max(r["max_abs_err_s_eff"] for r in rows)
     raw = min(r["max_abs_err_w_init"] for r in rows)

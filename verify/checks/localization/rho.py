@@ -10,6 +10,11 @@ Contains
     moments with the paper's variance) and the smallest d are the rejected controls. Their expected
     statistics use the exact rho of the linearised signal (isotropic Sigma: a weighted sum of 2d
     independent chi^2_1 variables, distribution by Imhof's inversion formula), not the sample.
+    The corrected continuum eq. 6 is held to |rho_MC - rho_c| <= 0.05 + B_T(theta) at the largest d,
+    B_T the derived bound (:func:`continuum_gap_bound`) on the O(1/T) terms of Lemma 1 that separate
+    the finite-T Gaussian form from the continuum (0.128 at d = 128, T = 40, against a measured gap
+    of 0.122). Quick profile, seeds 0-19: 20/20, worst 0.040 vs 0.05, continuum excess over B_T at
+    most 0.014.
 ``localization.rho.lemma2_limits``
     Lemma 2.1, 2.2, 2.4: the continuum rho evaluated along xi = +-1e2 .. 1e6 with eta = r/|xi|
     (and eta -> infinity) converges to the registered limits, 1/2 at the boundary points; the
@@ -44,6 +49,38 @@ from verify.tasks.random_walk import (
 #: advance from measurements (0.032 / 0.019 at d = 32, <= 0.022 at d = 128, T = 40).
 GAUSSIAN_BOUND = 0.05
 
+
+def continuum_gap_bound(mu_T, v_T, mu_c, v_c):
+    """Bound on |rho(mu_T, v_T) - rho(mu_c, v_c)| for rho(mu, v) = P(N(mu, v) in [0, 1]), i.e. on the
+    gap between the Gaussian approximation with the exact finite-T moments (localization.rho.gaussian)
+    and the continuum form (localization.rho.continuum, the T -> infinity moments), elementwise.
+
+    With s = sqrt(v), rho = Phi((1 - mu)/s) - Phi(-mu/s) has ``d rho/d mu = (phi(mu/s) - phi((1 - mu)/s))/s``,
+    at most ``phi(0)/s`` in size, and ``d rho/d s = -((1 - mu) phi((1 - mu)/s) + mu phi(mu/s))/s^2``, at
+    most ``2 phi(1)/s`` (``|z| phi(z) <= phi(1)``). Along the straight path between the two points s
+    stays >= min(s_T, s_c), so by the mean-value theorem
+
+        |rho_T - rho_c| <= (|mu_T - mu_c| phi(0) + 2 |s_T - s_c| phi(1)) / min(s_T, s_c).
+
+    The differences are the O(1/T) terms of Lemma 1's exact moments (the offset gamma_0^i = 1/T, the
+    mean's -tr W/(2 lambda T) and the variance's (1 - 2 theta)/T): the bound is O(1/T) where v is
+    bounded away from 0, and says nothing (>= 1) where v is small against those terms.
+    """
+    s_T, s_c = np.sqrt(np.asarray(v_T, float)), np.sqrt(np.asarray(v_c, float))
+    phi0, phi1 = 1 / np.sqrt(2 * np.pi), np.exp(-0.5) / np.sqrt(2 * np.pi)
+    return (np.abs(np.asarray(mu_T) - mu_c) * phi0 + 2 * np.abs(s_T - s_c) * phi1) / np.minimum(s_T, s_c)
+
+
+def finite_T_moments(T: int, trW: float, trW2: float, lam: float):
+    """Lemma 1's exact moments (mu^i, v^i), i = 1..T, and their T -> infinity forms at theta = i/T
+    (localization.u.mean/.variance and .mean_limit/.variance_limit)."""
+    i = np.arange(1, T + 1, dtype=float)
+    _cf("localization.u.variance", i=T, T=T, trW2=trW2, temperature=lam)  # validates T, trW2, lambda
+    out = []
+    for id, tr in (("mean", trW), ("variance", trW2), ("mean_limit", trW), ("variance_limit", trW2)):
+        fn = theory.get(f"localization.u.{id}").function("numpy")  # positional (i, T, tr, temperature, D)
+        out.append(np.broadcast_to(np.asarray(fn(i, T, tr, lam, 1), float), i.shape))
+    return tuple(out)
 
 
 
@@ -113,6 +150,7 @@ def mc_gaussian(ctx):
     i = np.arange(1, T + 1)
     err, err_printed, err_continuum, details, figures = {}, {}, {}, {}, {}
     exact_gap, exact_printed_gap = {}, {}  # expected control statistics, from the exact rho
+    cont_excess, cont_bound, printed_excess, exact_printed_excess = {}, {}, {}, {}
     for d in dims:
         lam = float(np.sqrt(d))
         for m, s in spectra:
@@ -125,6 +163,13 @@ def mc_gaussian(ctx):
             printed = _cf("localization.rho.continuum_printed", theta=i / T, xi=xi, eta=eta)
             cont = _cf("localization.rho.continuum", theta=i / T, xi=xi, eta=eta)
             key = f"d={d}, w~N({m},{s}^2)"
+            if d == dims[-1]:
+                # the continuum form: Gaussian error (<= GAUSSIAN_BOUND) plus the O(1/T) moment terms (bounded)
+                bound_T = continuum_gap_bound(*finite_T_moments(T, trW, trW2, lam))
+                cont_excess[key] = float(np.max(np.abs(rho - cont) - bound_T))
+                cont_bound[key] = {"max_err": float(np.max(np.abs(rho - cont))),
+                                   "max_finite_T_bound": float(np.max(bound_T)),
+                                   "max_|gauss - continuum| / bound": float(np.max(np.abs(gauss - cont) / bound_T))}
             err[key] = float(np.max(np.abs(rho - gauss)))
             err_printed[key] = float(np.max(np.abs(rho - printed)))
             err_continuum[key] = float(np.max(np.abs(rho - cont)))
@@ -132,6 +177,9 @@ def mc_gaussian(ctx):
                 exact = _rho_exact(spectrum(d, m, s), lam, T)
                 exact_gap[key] = float(np.max(np.abs(exact - gauss)))
                 exact_printed_gap[key] = float(np.max(np.abs(exact - printed)))
+                if d == dims[-1]:
+                    exact_printed_excess[key] = float(np.max(np.abs(exact - printed) - bound_T))
+                    printed_excess[key] = float(np.max(np.abs(rho - printed) - bound_T))
             details[key] = {"xi": xi, "eta": eta, "max_err_gaussian": err[key],
                             "exact_max_err_gaussian": exact_gap.get(key),
                             "max_err_printed_eq6": err_printed[key], "max_err_corrected_eq6": err_continuum[key]}
@@ -171,23 +219,34 @@ def mc_gaussian(ctx):
     allowance = 5 * 0.5 / np.sqrt(total)
     mono = all(err[f"d={b}, w~N({m},{s}^2)"] <= err[f"d={a}, w~N({m},{s}^2)"] + allowance
                for m, s in spectra for a, b in zip(dims, dims[1:]))
+    continuum_ok = max(cont_excess.values()) <= GAUSSIAN_BOUND
     return Outcome(
-        measured=err, predicted=f"max_i |rho_MC - rho_Gauss| <= {GAUSSIAN_BOUND} at d = {dims[-1]}, decreasing in d",
-        discrepancy=disc, tolerance=GAUSSIAN_BOUND, passed=bool(disc <= GAUSSIAN_BOUND and mono),
+        measured={**err, f"continuum at d = {dims[-1]}: max_i (|rho_MC - rho_c| - B_T(theta_i))":
+                  max(cont_excess.values())},
+        predicted=f"max_i |rho_MC - rho_Gauss| <= {GAUSSIAN_BOUND} at d = {dims[-1]}, decreasing in d; "
+                  f"|rho_MC - rho_c| <= {GAUSSIAN_BOUND} + B_T(theta) for the corrected continuum eq. 6",
+        discrepancy=disc, tolerance=GAUSSIAN_BOUND, passed=bool(disc <= GAUSSIAN_BOUND and mono and continuum_ok),
         criterion=f"max over positions and spectra of |rho_MC - rho_Gauss| at d = {dims[-1]} (T = {T}, {total} walks, "
                   f"lambda = sqrt(d)) <= {GAUSSIAN_BOUND}, a bound stated in advance (the Gaussian approximation "
                   "is a CLT in d, not exact; MC SE <= 0.0035), and non-increasing in d within 5 binomial SEs; "
                   "the controls' expected statistics are max_i |wrong - rho_exact| (exact rho by Imhof's "
                   f"formula): at d = {dims[0]} about 0.11, i.e. (0.11 - {GAUSSIAN_BOUND}) / 0.0029 ~ 20 binomial "
-                  "SEs above the bound",
+                  "SEs above the bound. The corrected continuum eq. 6 (T -> infinity moments) is held to "
+                  f"|rho_MC - rho_c| <= {GAUSSIAN_BOUND} + B_T(theta) at every position at d = {dims[-1]}, "
+                  "B_T the derived mean-value bound on |rho_Gauss(T) - rho_c| from Lemma 1's O(1/T) moment "
+                  "terms (continuum_gap_bound; about 0.13 at T = 40, which is why rho_c misses Monte Carlo by "
+                  "about 0.12 there)",
         controls=[Control(f"printed eq. 6 (large-T moments, D = 2 theta^2 + 7/12) at d = {dims[-1]}",
                           max(err_printed[k] for k in largest), GAUSSIAN_BOUND,
                           expected=max(exact_printed_gap[k] for k in largest)),
+                  Control(f"printed eq. 6 held to the continuum's bound: max_i (|rho_MC - printed| - B_T(theta_i)) "
+                          f"at d = {dims[-1]}", max(printed_excess.values()), GAUSSIAN_BOUND,
+                          expected=max(exact_printed_excess.values())),
                   # the bound must be tight: the smallest d misses it (a run at one d has no such contrast)
                   *([Control(f"Gaussian approximation at d = {dims[0]} held to the same bound",
                              max(err[k] for k in smallest), GAUSSIAN_BOUND,
                              expected=max(exact_gap[k] for k in smallest))] if len(dims) > 1 else [])],
-        details=details, figures=figures,
+        details={**details, "continuum_vs_finite_T_bound": cont_bound}, figures=figures,
     )
 
 

@@ -4,22 +4,23 @@ and the depth ``L`` (Fig. 7).
 
 The transformer of both figures is the authors' ``Transformer_F``: the general layers of eq. 11
 (``P_l = [[B_l, 0], [0, 1]]``, ``Q_l = [[A_l, 0], [0, 0]]``, every entry of ``A_l, B_l`` trained),
-so it can run GD++ (Theorem 4) and beat every preconditioned GD. Models of one figure are trained
-side by side (:func:`verify.models.preconditioned_gd_sweep.train_gdpp_sweep`) and evaluated on
-held-out prompts (float64, numpy forward), paired with the constant-step preconditioned GD on the
-same prompts. The baselines (:mod:`verify.models.preconditioned_gd_baselines`):
+so it can run GD++ (Theorem 4) and beat every preconditioned GD. The models of one figure are
+trained side by side (:func:`verify.models.preconditioned_gd_sweep.train_gdpp_sweep`) and evaluated
+on held-out prompts (float64, numpy forward) together with the two constant-step algorithms, run
+as the sparse transformer of eq. 8 on the same prompts. Every baseline curve is a registered closed
+form (:func:`verify.models.preconditioned_gd_baselines.baseline_losses`):
 
 - least squares (OLS): ``preconditioned_gd.least_squares.loss``, ``d - min(n, d)`` (the Bayes risk);
 - Sigma^{-1}-preconditioned GD with optimal per-layer steps (Theorem 3):
-  ``preconditioned_gd.multi_layer.optimal_loss`` (``L <= 3``; Monte Carlo for ``L = 4`` until the
-  registry covers it);
-- Sigma^{-1}-preconditioned GD with one step, as in the paper ("one constant step found by grid
-  search"): ``preconditioned_gd.constant_step.loss`` at ``constant_step.optimal_step``;
-- plain GD with its best constant step: Monte Carlo (Sigma does not drop out; no record yet).
+  ``preconditioned_gd.multi_layer.optimal_loss``;
+- Sigma^{-1}-preconditioned GD with one step ("one constant step found by grid search"):
+  ``preconditioned_gd.multi_layer.gd_optimal_loss`` at ``Sigma = I`` (whitening), step
+  ``gd_optimal_step`` at ``Sigma = I``;
+- plain GD with its best constant step: ``gd_optimal_loss`` / ``gd_optimal_step`` at Sigma.
 
 The authors' code evaluates the baselines on ``n - 1`` examples (``Z[0:N-1]``: an off-by-one) with
-steps from a grid; those curves are drawn dashed (constant-step PGD at ``n - 1`` on the grid:
-exact, ``constant_step.loss``; OLS at ``n - 1``), the assertions use ``n``.
+steps from a grid; those curves are drawn dashed (``gd_loss`` at ``Sigma = I`` and ``n - 1`` on the
+grid; OLS at ``n - 1``), the assertions use ``n``.
 
 Contains
 --------
@@ -38,88 +39,48 @@ from verify.figures import lines, series
 from verify.models.preconditioned_gd_baselines import (
     CODE_GRID_GD,
     CODE_GRID_PGD,
-    CONST_LOSS,
-    CONST_STEP,
+    GD_LOSS,
+    GD_OPT,
+    GD_STEP,
     OLS,
     PGD_OPT,
-    Estimate,
-    pgd_optimal_loss,
-    plain_gd_loss,
+    baseline_losses,
+    heldout_losses,
 )
-from verify.models.preconditioned_gd_training import paired_loss, sqrt_psd
+from verify.models.preconditioned_gd_training import sqrt_psd
 from verify.settings import Setting
 from verify.stats import evaluate as _cf
 from verify.stats import z_threshold
 from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance
 
-D = 5
+D = len(EXPERIMENT_EIGENVALUES)
+COVERS = [OLS, PGD_OPT, GD_LOSS, GD_STEP, GD_OPT]
 
-#: Quick: short side-by-side runs from N(0, 1e-3^2) on every entry, Adam (0.9, 0.999), lr 0.05
-#: halved every 200 steps, per-matrix gradient clipping 0.01 (the paper's), a fresh batch each
+#: Quick: short side-by-side runs from N(0, 1e-3^2) on every entry, Adam (0.9, 0.999), lr 0.1
+#: halved every 100 steps, per-matrix gradient clipping 0.01 (the paper's), a fresh batch each
 #: step. Full: the authors' depths/lengths with longer runs (a CPU-sized version of their
 #: 20000 (Fig. 7) / 8000 (Fig. 6) steps of batch 20000-40000).
-SWEEP_QUICK = dict(steps=800, batch=300, lr=0.05, halve_every=200, betas=(0.9, 0.999), clip=0.01)
+SWEEP_QUICK = dict(steps=400, batch=300, lr=0.1, halve_every=100, betas=(0.9, 0.999), clip=0.01)
 SWEEP_FULL = dict(steps=8000, batch=2000, lr=0.02, halve_every=2000, betas=(0.9, 0.999), clip=0.01,
                   compile=True, threads=None)
 
 #: Tolerance on "at most the optimal preconditioned GD": the trained loss may exceed Theorem 3's
 #: optimum by this fraction (plus z_crit s.e.). Binding only at L = 1, where the transformer can do
 #: no better than that optimum (B_0 never reaches the output); at L >= 2 it runs GD++ and ends far
-#: below. Quick (800 steps): seeds 0-19 end 1-9 % above at L = 1 (the eigenvalue-0.0625 direction
-#: learns slowly); full: converged.
+#: below. Quick: a 400-step run (the eigenvalue-0.0625 direction learns slowly); full: converged.
 PGD_TOL = {"quick": 0.15, "full": 0.05}
-#: "Far below plain GD": the trained loss times this factor must stay below plain GD's (with its
-#: best step), for L >= 2 (Fig. 7) and n >= 2d (Fig. 6). At L = 1 the attainable ratio is only
-#: 2.246/1.154 = 1.95 (n = 20); for n < 2d the methods crowd towards the Bayes risk (n = 6, L = 2:
-#: plain GD 2.73, Theorem 3's optimum 1.70, GD++'s 1.08) and a short run's heavy-tailed held-out
-#: loss (n = 6: 1.35 +- 0.09 on 1e5 prompts) cannot resolve the factor: there the trained loss must
-#: be significantly below plain GD's (z-test).
+#: "Far below plain GD": the trained loss (plus z_crit s.e.) times this factor must stay below plain
+#: GD's closed form (best step) for L >= 2 (Fig. 7) and n >= 2d (Fig. 6). At L = 1 the attainable
+#: ratio is only 2.247/1.154 = 1.95 (n = 20); for n < 2d the methods crowd towards the Bayes risk
+#: (n = 6, L = 2: plain GD 2.73, Theorem 3's optimum 1.70): there the trained loss must be
+#: significantly below plain GD run on the same prompts (paired z-test).
 PLAIN_FACTOR = 1.5
-
-
 #: A batch loss above this stops a sweep: a divergence guard, not a spike guard (one prompt with a
 #: large Wishart eigenvalue can lift a batch loss far above E y^2 = 5 at small n while the clipped
 #: steps stay sound; a diverging run passes 1e6 within a few steps).
 STOP_ABOVE = 1e6
 
-
-def _curves(ctx, Sigma, pairs, samples: int, grid) -> dict:
-    """The baselines at each ``(L, n)`` of ``pairs``: OLS, Theorem 3's optimum, constant-step PGD
-    (step, loss), plain GD (step, loss), and the authors' code versions (``n - 1`` examples, the
-    best step of the notebook's PGD ``grid``)."""
-    out = {}
-    for L, n in pairs:
-        a_c = float(_cf(CONST_STEP, n=n, d=D, L=L))
-        eta, plain = plain_gd_loss(ctx.rng, Sigma, n, L, samples)
-        code_pgd = min(float(_cf(CONST_LOSS, n=n - 1, d=D, L=L, a=e * (n - 1))) for e in grid) if n > 1 else float(D)
-        out[(L, n)] = {
-            "OLS": Estimate(float(_cf(OLS, n=n, d=D)), 0.0, "exact"),
-            "PGD, optimal steps (Theorem 3)": pgd_optimal_loss(n, D, L, ctx.rng),
-            "PGD, one step": Estimate(float(_cf(CONST_LOSS, n=n, d=D, L=L, a=a_c)), 0.0, "exact"),
-            "plain GD, best step": plain,
-            "steps": {"PGD one step a*": a_c, "plain GD eta": eta},
-            "code: PGD, grid step, n - 1 examples": code_pgd,
-            "code: OLS, n - 1 examples": float(_cf(OLS, n=n - 1, d=D)) if n > 1 else float(D),
-        }
-    return out
-
-
-def _trained(ctx, Sigma, run, k: int, samples: int, a_c: float) -> dict:
-    """Model ``k`` of a sweep on ``samples`` held-out prompts, paired with constant-step PGD."""
-    from verify.models.linear_transformer import dist_to_identity, general_layers, sparse_layers
-
-    L, n = run.specs[k]
-    A, B = run.weights(k)
-    Sh = sqrt_psd(Sigma, 0.5)
-    M = np.einsum("ij,ljk,km->lim", Sh, A, Sh)
-    est = paired_loss(ctx.rng, Sigma, n, samples, general_layers(A, B),
-                      sparse_layers([a_c * np.linalg.inv(Sigma)] * L))
-    return {"loss": float(est.mean[0]), "se": float(est.se[0]),
-            "paired (trained - PGD one step)": [float(est.mean[2]), float(est.se[2])],
-            "a_l (eq. 11 sign)": np.trace(M, axis1=1, axis2=2) / D,
-            "b_l": np.trace(B, axis1=1, axis2=2) / D,
-            "Dist(Sigma^1/2 A_l Sigma^1/2, I)": dist_to_identity(M),
-            "final batch loss": float(np.mean(run.batch_loss[-max(1, len(run.step) // 10):, k]))}
+TRAINED, PGD, GD = "trained", "PGD, one step (simulated)", "plain GD, best step (simulated)"
 
 
 def _train(ctx, Sigma, specs, settings):
@@ -139,256 +100,268 @@ def _stopped(run, what: str) -> Outcome:
                    details={"settings": run.settings, "seconds": run.seconds})
 
 
-def _identity_control(ctx, n: int, L: int, samples: int, z_crit: float) -> Control:
-    """At Sigma = I plain GD is Sigma^{-1}-preconditioned GD: its best-step loss is the constant-step
-    PGD loss, so "plain GD significantly above PGD" must fail there."""
-    _, plain = plain_gd_loss(ctx.rng, np.eye(D), n, L, samples)
-    f_c = float(_cf(CONST_LOSS, n=n, d=D, L=L, a=float(_cf(CONST_STEP, n=n, d=D, L=L))))
-    z = (plain.mean - f_c) / plain.se
-    return Control(f"Sigma = I (plain GD = preconditioned GD), n = {n}, L = {L}: z_crit / z(plain GD - PGD one "
-                   "step) (the ordering test must not fire)", z_crit / z if z > 0 else float("inf"), 1.0,
-                   expected=float("inf"))
+def _models(run, k: int, Sigma, base: dict, tag: str = "") -> tuple[dict, dict]:
+    """Model ``k`` of a sweep and the two constant-step algorithms at its ``(L, n)`` as layer sets
+    (names suffixed by ``tag``), and the trained model's Theorem-4 scalars."""
+    from verify.models.linear_transformer import dist_to_identity, general_layers, sparse_layers
+
+    L, n = run.specs[k]
+    A, B = run.weights(k)
+    M = np.einsum("ij,ljk,km->lim", sqrt_psd(Sigma, 0.5), A, sqrt_psd(Sigma, 0.5))
+    models = {TRAINED + tag: general_layers(A, B),
+              PGD + tag: sparse_layers([base["PGD step a*"] * np.linalg.inv(Sigma)] * L),
+              GD + tag: sparse_layers([base["plain GD step eta*"] * np.eye(D)] * L)}
+    info = {"a_l (eq. 11 sign)": np.trace(M, axis1=1, axis2=2) / D, "b_l": np.trace(B, axis1=1, axis2=2) / D,
+            "Dist(Sigma^1/2 A_l Sigma^1/2, I)": dist_to_identity(M),
+            "final batch loss": float(np.mean(run.batch_loss[-max(1, len(run.step) // 10):, k]))}
+    return models, info
 
 
-def _pgd_part(tr: dict, f_opt: Estimate, tol: float, z_crit: float) -> float:
-    """(trained + z_crit s.e. - optimum) / (tol optimum): <= 1 is 'at most the optimum within tol',
-    with the noise counted against the claim (a held-out estimate that cannot resolve the tolerance,
-    e.g. 1e7 +- 1e7 from one rare prompt, fails)."""
-    return (tr["loss"] + z_crit * np.hypot(tr["se"], f_opt.se) - f_opt.mean) / (tol * f_opt.mean)
+def _z(est, value: float) -> float:
+    return float(est.z(value))
 
 
-def _plain_part(tr: dict, plain: Estimate, z_crit: float, far: bool) -> float:
-    """``far``: factor (trained + z s.e.) / (plain GD - z s.e.), <= 1 is 'far below plain GD';
-    otherwise z_crit / z(plain GD - trained), <= 1 is 'significantly below'."""
+def _trained_loss(est: dict, tag: str, b: dict) -> tuple[float, float]:
+    """The trained model's loss with the one-step PGD run on the same prompts as a control variate:
+    ``gd_optimal_loss(I) + mean(e_trained - e_PGD)`` (unbiased: the PGD's expectation is its closed
+    form, checked alongside), with the s.e. of the paired difference, several times smaller than the
+    plain mean's (the two errors share the prompts' hard directions)."""
+    diff = est[(TRAINED + tag, PGD + tag)]
+    return b["PGD, one step"] + float(diff.mean), float(diff.se)
+
+
+def _model_parts(parts: dict, label: str, est: dict, tag: str, b: dict, tol: float, z_crit: float, far: bool):
+    """The per-model parts (normalised, <= 1 passes): the trained loss (:func:`_trained_loss`) against
+    Theorem 3's optimum and plain GD, the simulated constant-step algorithms against their closed forms."""
+    f_opt, f_gd = b["PGD, optimal steps (Theorem 3)"], b["plain GD, best step"]
+    tr, se = _trained_loss(est, tag, b)
+    parts[f"{label}: (trained + z s.e. - Theorem 3 optimum) / (tol f*)"] = (tr + z_crit * se - f_opt) / (tol * f_opt)
     if far:
-        return PLAIN_FACTOR * (tr["loss"] + z_crit * tr["se"]) / (plain.mean - z_crit * plain.se)
-    z = (plain.mean - tr["loss"]) / np.hypot(plain.se, tr["se"])
-    return z_crit / z if z > 0 else float("inf")
+        parts[f"{label}: {PLAIN_FACTOR} x (trained + z s.e.) / plain GD"] = PLAIN_FACTOR * (tr + z_crit * se) / f_gd
+    else:
+        zd = -_z(est[(TRAINED + tag, GD + tag)], 0.0)     # paired: plain GD - trained on the same prompts
+        parts[f"{label}: z_crit / z(plain GD - trained), paired"] = z_crit / zd if zd > 0 else float("inf")
+    parts[f"{label}: |z| simulated PGD one step vs gd_optimal_loss(I) / z_crit"] = (
+        abs(_z(est[PGD + tag], b["PGD, one step"])) / z_crit)
+    parts[f"{label}: |z| simulated plain GD vs gd_optimal_loss(Sigma) / z_crit"] = (
+        abs(_z(est[GD + tag], f_gd)) / z_crit)
+
+
+def _row(est: dict, tag: str, b: dict) -> dict:
+    out = {k: [float(est[k + tag].mean), float(est[k + tag].se)] for k in (TRAINED, PGD, GD)}
+    out[TRAINED + " (PGD control variate)"] = list(_trained_loss(est, tag, b))
+    return out
 
 
 # =====================================================================================
 # Fig. 7: loss against depth
 # =====================================================================================
-@check("preconditioned_gd.baselines.torch_fig7",
-       covers=[PGD_OPT, CONST_LOSS, CONST_STEP], method="torch", needs=("torch",),
-       title="App. D, Fig. 7: the trained L-layer transformer reaches Theorem 3's optimal "
-             "preconditioned GD (L = 1) or beats it (GD++, L >= 2), far below plain GD",
+#: Depths of the closed-form curves.
+CURVE_L = (1, 2, 3, 4)
+
+
+@check("preconditioned_gd.baselines.torch_fig7", covers=COVERS, method="torch", needs=("torch",),
+       title="App. D, Fig. 7: the trained L-layer transformer reaches Theorem 3's optimal preconditioned GD "
+             "(L = 1) or beats it (GD++, L >= 2), far below plain GD; the baselines run against their closed forms",
        settings=[Setting("L", "ints", quick=(1, 2), full=(1, 2, 3, 4), low=1, high=4, doc="depths L (one model each)"),
                  Setting("steps", "int", quick=SWEEP_QUICK["steps"], full=SWEEP_FULL["steps"], low=1, high=10**6,
                          doc="optimiser steps"),
                  Setting("batch", "int", quick=SWEEP_QUICK["batch"], full=SWEEP_FULL["batch"], low=1, high=10**6,
                          doc="prompts per model and step"),
-                 Setting("samples", "int", quick=100_000, full=1_000_000, low=1000, high=10**8,
-                         doc="held-out prompts per model"),
-                 Setting("contexts", "int", quick=20_000, full=200_000, low=1000, high=10**8,
-                         doc="contexts of each plain-GD estimate (half to fit the step, half to evaluate it)")])
+                 Setting("samples", "int", quick=20_000, full=1_000_000, low=1000, high=10**8,
+                         doc="held-out prompts (shared by every model and algorithm)")])
 def torch_fig7(ctx):
-    """Fig. 7 (``n = 20``, ``d = 5``, the experiments' Sigma): the GD++ transformer trained at each
-    depth, against the baselines at the same depth.
+    """Fig. 7 (``n = 20``, ``d = 5``, the experiments' Sigma, a random rotation): the GD++ transformer
+    trained at each depth; it and the two constant-step algorithms (the sparse transformer with
+    ``A_l = a* Sigma^{-1}`` and ``A_l = eta* I``, the closed forms' best steps) run on the same held-out
+    prompts.
 
-    Asserted per ``L``: (i) the held-out loss plus z_crit s.e. is at most Theorem 3's optimum
-    (optimal per-layer steps) times ``1 +`` :data:`PGD_TOL`; (ii) it
-    times :data:`PLAIN_FACTOR` is below plain GD's with its best step (``L >= 2``; at ``L = 1``
-    significantly below); (iii) the baselines are ordered as drawn, Theorem 3's optimum <= one-step
-    PGD < plain GD (equal at L = 1), each falling with L; (iv) the trained loss falls with
-    L (z-test between consecutive depths). Quick: ``L = 1, 2`` (800 steps); seeds 0-19: all pass
-    (worst part 0.53; L = 1 ends 1-9 % above its optimum, L = 2 at 0.14-0.26, below the
-    optimum 0.361 and the one-step PGD 0.499, against plain GD's 1.64). Full: ``L = 1..4``.
+    Asserted per ``L``: (i) the trained loss plus z_crit s.e. is at most Theorem 3's optimum times
+    ``1 +`` :data:`PGD_TOL`; (ii) it (plus z_crit s.e.) times :data:`PLAIN_FACTOR` is below plain GD's
+    ``gd_optimal_loss`` (``L >= 2``; at ``L = 1`` significantly below plain GD on the same prompts,
+    paired); (iii) the simulated one-step PGD and plain GD within z_crit s.e. of ``gd_optimal_loss`` at
+    ``Sigma = I`` and at Sigma; then (iv) the trained loss falls with ``L`` (paired z between
+    consecutive depths) and (v) the closed-form curves are ordered as drawn, Theorem 3's optimum <=
+    one-step PGD < plain GD, each falling with ``L = 1..4``. Quick: ``L = 1, 2``.
 
-    Controls: at Sigma = I plain GD is preconditioned GD, so the ordering test (iii) must not fire
-    there (the wrong hypothesis "plain GD is worse whatever Sigma"); the trained model compared
-    with plain GD as if it were the algorithm it runs (a Sigma-blind transformer).
+    Controls: the trained model read as plain GD (a Sigma-blind transformer: its loss within the
+    tolerance of plain GD's); the simulated plain GD read as Sigma-free (against the one-step PGD
+    closed form, which plain GD would equal if Sigma dropped out as it does for preconditioned GD).
     """
     Ls = tuple(ctx.setting("L"))
     n = 20
     settings = dict(ctx.pick(quick=SWEEP_QUICK, full=SWEEP_FULL), steps=ctx.setting("steps"),
                     batch=ctx.setting("batch"))
-    samples = ctx.setting("samples")
-    tol = PGD_TOL[ctx.profile]
+    samples, tol = ctx.setting("samples"), PGD_TOL[ctx.profile]
     Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
     run = _train(ctx, Sigma, [(L, n) for L in Ls], settings)
     if run.stopped_at is not None:
         return _stopped(run, f"Fig. 7 sweep L = {Ls}")
-    curve_L = sorted(set(Ls) | {1, 2, 3})
-    contexts = ctx.setting("contexts")
-    base = _curves(ctx, Sigma, [(L, n) for L in curve_L], contexts, CODE_GRID_GD)  # variable_L's PGD grid
-    z_crit = z_threshold(4 * len(Ls))
-    parts, per_L, controls = {}, {}, []
+    curve_L = sorted(set(Ls) | set(CURVE_L))
+    base = {L: baseline_losses(EXPERIMENT_EIGENVALUES, n, L, CODE_GRID_GD) for L in curve_L}  # variable_L's grid
+    models, info = {}, {}
     for k, L in enumerate(Ls):
-        b = base[(L, n)]
-        tr = _trained(ctx, Sigma, run, k, samples, b["steps"]["PGD one step a*"])
-        f_opt, f_one, plain = (b[key] for key in ("PGD, optimal steps (Theorem 3)", "PGD, one step",
-                                                  "plain GD, best step"))
-        parts[f"L={L}: (trained + z s.e. - Theorem 3 optimum) / (tol f*)"] = _pgd_part(tr, f_opt, tol, z_crit)
-        parts[f"L={L}: " + (f"{PLAIN_FACTOR} x trained / plain GD" if L > 1 else "z_crit / z(plain GD - trained)")] = (
-            _plain_part(tr, plain, z_crit, far=L > 1))
-        z_plain = (plain.mean - f_one.mean) / plain.se
-        parts[f"L={L}: z_crit / z(plain GD - PGD one step)"] = z_crit / z_plain if z_plain > 0 else float("inf")
-        slack = f_one.mean - f_opt.mean + z_crit * f_opt.se          # Theorem 3's optimum <= one step
-        parts[f"L={L}: Theorem 3 optimum <= PGD one step"] = 0.0 if slack >= 0 else float("inf")
-        per_L[L] = {"trained": tr, "baselines": {key: (v.mean, v.se) if isinstance(v, Estimate) else v
-                                                 for key, v in b.items()}}
+        m, info[L] = _models(run, k, Sigma, base[L], f" L={L}")
+        models.update(m)
+    est = heldout_losses(ctx.rng, Sigma, n, samples, models)
+    z_crit = z_threshold(4 * len(Ls) + max(len(Ls) - 1, 0))
+    parts = {}
+    for L in Ls:
+        _model_parts(parts, f"L={L}", est, f" L={L}", base[L], tol, z_crit, far=L > 1)
     for L0, L1 in zip(Ls, Ls[1:]):
-        t0, t1 = per_L[L0]["trained"], per_L[L1]["trained"]
-        z_dec = (t0["loss"] - t1["loss"]) / np.hypot(t0["se"], t1["se"])
-        parts[f"L={L0}->{L1}: z_crit / z(trained loss decrease)"] = z_crit / z_dec if z_dec > 0 else float("inf")
-    for key in ("PGD, optimal steps (Theorem 3)", "PGD, one step", "plain GD, best step"):
-        vals = [base[(L, n)][key].mean for L in curve_L]
-        parts[f"{key}: falls with L"] = 0.0 if all(x > y for x, y in zip(vals, vals[1:])) else float("inf")
-    # controls
-    controls.append(_identity_control(ctx, n, max(Ls), contexts, z_crit))
-    tr_last = per_L[max(Ls)]["trained"]
-    plain_last = base[(max(Ls), n)]["plain GD, best step"]
-    opt_last = base[(max(Ls), n)]["PGD, optimal steps (Theorem 3)"]
-    controls.append(Control(f"the transformer as plain GD (Sigma-blind), L = {max(Ls)}: |trained - plain GD| / "
-                            f"({tol} plain GD + z s.e.)",
-                            abs(tr_last["loss"] - plain_last.mean) / (tol * plain_last.mean + z_crit * np.hypot(
-                                tr_last["se"], plain_last.se)), 1.0,
-                            expected=abs(opt_last.mean - plain_last.mean) / (tol * plain_last.mean)))
-    figures = {"fig7": _fig7(base, per_L, n, curve_L)}
+        z_dec = _z(est[(TRAINED + f" L={L0}", TRAINED + f" L={L1}")], 0.0)
+        parts[f"L={L0}->{L1}: z_crit / z(trained loss decrease), paired"] = z_crit / z_dec if z_dec > 0 else float("inf")
+    keys = ("PGD, optimal steps (Theorem 3)", "PGD, one step", "plain GD, best step")
+    ordered = all(base[L][keys[0]] <= base[L][keys[1]] < base[L][keys[2]] for L in curve_L if L > 1)
+    parts["closed forms: Theorem 3 optimum <= PGD one step < plain GD (L >= 2)"] = 0.0 if ordered else float("inf")
+    for key in keys:
+        vals = [base[L][key] for L in curve_L]
+        parts[f"closed form {key}: falls with L"] = 0.0 if all(x > y for x, y in zip(vals, vals[1:])) else float("inf")
+    Lm = max(Ls)
+    (tr, tr_se), gd = _trained_loss(est, f" L={Lm}", base[Lm]), est[GD + f" L={Lm}"]
+    f_gd, f_one, f_opt = (base[Lm][key] for key in ("plain GD, best step", "PGD, one step",
+                                                    "PGD, optimal steps (Theorem 3)"))
+    controls = [
+        Control(f"the transformer as plain GD (Sigma-blind), L = {Lm}: |trained - plain GD| / (tol plain GD + z s.e.)",
+                abs(tr - f_gd) / (tol * f_gd + z_crit * tr_se), 1.0,
+                expected=abs(f_opt - f_gd) / (tol * f_gd + z_crit * tr_se)),
+        Control(f"plain GD Sigma-free (simulated plain GD vs gd_optimal_loss(I)), L = {Lm}: |z|",
+                abs(_z(gd, f_one)), z_crit, expected=abs(f_gd - f_one) / float(gd.se))]
+    per_L = {L: {"held-out [mean, s.e.]": _row(est, f" L={L}", base[L]), **info[L]} for L in Ls}
     return Outcome(
-        measured={f"L={L}": v["trained"]["loss"] for L, v in per_L.items()},
-        predicted={f"L={L}": {"Theorem 3 optimum": base[(L, n)]["PGD, optimal steps (Theorem 3)"].mean,
-                              "PGD one step": base[(L, n)]["PGD, one step"].mean,
-                              "plain GD": base[(L, n)]["plain GD, best step"].mean} for L in Ls},
+        measured={f"L={L}": per_L[L]["held-out [mean, s.e.]"] for L in Ls},
+        predicted={f"L={L}": {k: base[L][k] for k in keys} for L in Ls},
         discrepancy=max(parts.values()), tolerance=1.0,
         criterion=(f"max of normalised parts <= 1 over L = {Ls} (n = {n}, d = {D}, eigenvalues "
-                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out prompts, z_crit = {z_crit:.2f}): trained + z s.e. <= "
-                   f"Theorem 3's optimum (1 + {tol}); {PLAIN_FACTOR} x trained below plain GD (best "
-                   "step; L = 1: significantly below); plain GD significantly above one-step PGD, which is >= "
-                   "Theorem 3's optimum; each "
-                   "baseline and the trained loss fall with L. "
-                   + ("Quick: 800 steps of batch 300 per model." if ctx.profile == "quick" else
-                      f"Full: {settings['steps']} steps of batch {settings['batch']}.")),
+                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out prompts shared by all, z_crit = {z_crit:.2f}): "
+                   f"trained + z s.e. <= Theorem 3's optimum (1 + {tol}); {PLAIN_FACTOR} x (trained + z s.e.) below "
+                   "plain GD's gd_optimal_loss (L = 1: significantly below, paired); the simulated one-step PGD and "
+                   "plain GD within z_crit s.e. of gd_optimal_loss at I and at Sigma; the trained loss falling with L "
+                   "(paired); the closed-form curves ordered and falling with L. "
+                   + f"{settings['steps']} steps of batch {settings['batch']} per model."),
         controls=controls,
         details={"settings": settings, "n": n, "per L": per_L, "parts": parts,
-                 "baselines (curve)": {f"L={L}": {key: (v.mean, v.se) if isinstance(v, Estimate) else v
-                                                  for key, v in base[(L, n)].items()} for L in curve_L},
+                 "baselines (closed forms)": {f"L={L}": base[L] for L in curve_L},
                  "Sigma eigenvalues": np.linalg.eigvalsh(Sigma), "seconds (training)": run.seconds,
                  "device": ctx.device},
-        figures=figures,
+        figures={"fig7": _fig7(base, per_L, n, curve_L)},
     )
 
 
 def _fig7(base, per_L, n, curve_L) -> dict:
     def pick(key):
-        return [base[(L, n)][key].mean for L in curve_L]
+        return [base[L][key] for L in curve_L]
 
     Ls = sorted(per_L)
+
+    def held(key):
+        return [per_L[L]["held-out [mean, s.e.]"][key] for L in Ls]
+
     return lines(f"Fig. 7: test loss against depth (n = {n}, d = {D})", "layers / steps L", "test loss",
-                 [series("trained transformer (eq. 11)", Ls, [per_L[L]["trained"]["loss"] for L in Ls], style="o",
-                         yerr=[per_L[L]["trained"]["se"] for L in Ls]),
-                  series("PGD, optimal steps (Theorem 3)", curve_L, pick("PGD, optimal steps (Theorem 3)")),
-                  series("PGD, one step (constant_step)", curve_L, pick("PGD, one step")),
-                  series("plain GD, best step (MC)", curve_L, pick("plain GD, best step")),
+                 [series("trained transformer (eq. 11)", Ls, [x[0] for x in held(TRAINED)], style="o",
+                         yerr=[x[1] for x in held(TRAINED)]),
+                  series("PGD, optimal steps (Theorem 3: multi_layer.optimal_loss)", curve_L,
+                         pick("PGD, optimal steps (Theorem 3)")),
+                  series("PGD, one step (gd_optimal_loss at Sigma = I)", curve_L, pick("PGD, one step")),
+                  series("plain GD, best step (gd_optimal_loss)", curve_L, pick("plain GD, best step")),
+                  series("PGD, one step, simulated", Ls, [x[0] for x in held(PGD)], style="o"),
+                  series("plain GD, simulated", Ls, [x[0] for x in held(GD)], style="o"),
                   series("authors' code: PGD, grid step, n - 1 examples", curve_L,
-                         [base[(L, n)]["code: PGD, grid step, n - 1 examples"] for L in curve_L], style="--")],
+                         pick("code: PGD, grid step, n - 1 examples"), style="--")],
                  yscale="log")
 
 
 # =====================================================================================
 # Fig. 6: loss against context length
 # =====================================================================================
-#: Context lengths of the theory curves (the paper's grid, and the odd ones below 6).
+#: Context lengths of the closed-form curves (the paper's grid, and the odd ones below 6).
 CURVE_N = (2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20)
 
 
-@check("preconditioned_gd.baselines.torch_fig6",
-       covers=[OLS, PGD_OPT, CONST_LOSS, CONST_STEP], method="torch", needs=("torch",),
-       title="App. D, Fig. 6: over the context length n, the trained transformer sits between least "
-             "squares (the Bayes risk) and optimal preconditioned GD, below plain GD",
-       settings=[Setting("L", "int", quick=2, full=3, low=1, high=3, doc="depth L of every model"),
+@check("preconditioned_gd.baselines.torch_fig6", covers=COVERS, method="torch", needs=("torch",),
+       title="App. D, Fig. 6: over the context length n, the trained transformer sits between least squares (the "
+             "Bayes risk) and optimal preconditioned GD, below plain GD; the baselines run against their closed forms",
+       settings=[Setting("L", "int", quick=2, full=3, low=1, high=4, doc="depth L of every model"),
                  Setting("n", "ints", quick=(2, 6, 20), full=(2, 4, 6, 8, 10, 12, 14, 16, 18, 20), low=1, high=200,
                          doc="context lengths n (one model each)"),
                  Setting("steps", "int", quick=SWEEP_QUICK["steps"], full=SWEEP_FULL["steps"], low=1, high=10**6,
                          doc="optimiser steps"),
                  Setting("batch", "int", quick=SWEEP_QUICK["batch"], full=SWEEP_FULL["batch"], low=1, high=10**6,
                          doc="prompts per model and step"),
-                 Setting("samples", "int", quick=100_000, full=1_000_000, low=1000, high=10**8,
-                         doc="held-out prompts per model"),
-                 Setting("contexts", "int", quick=10_000, full=100_000, low=1000, high=10**8,
-                         doc="contexts of each plain-GD estimate (half to fit the step, half to evaluate it)")])
+                 Setting("samples", "int", quick=20_000, full=1_000_000, low=1000, high=10**8,
+                         doc="held-out prompts per context length")])
 def torch_fig6(ctx):
-    """Fig. 6 (``d = 5``, the experiments' Sigma): the GD++ transformer of depth ``L`` trained at
-    each ``n``, against the baselines at the same ``n``.
+    """Fig. 6 (``d = 5``, the experiments' Sigma, a random rotation): the GD++ transformer of depth
+    ``L`` trained at each ``n``; it and the two constant-step algorithms run on the same held-out
+    prompts of that ``n``.
 
-    Asserted per ``n``: (i) the held-out loss plus z_crit s.e. is at most Theorem 3's optimum times
-    ``1 +`` :data:`PGD_TOL`;
-    (ii) it is not significantly below least squares' ``d - min(n, d)``, the Bayes risk (one-sided
-    z); (iii) it is below plain GD with its best step, by :data:`PLAIN_FACTOR` for ``n >= 2d``
-    (significantly, z-test, below ``2d``, where the methods crowd towards the Bayes risk); (iv) the
-    baselines are ordered as drawn, OLS <= Theorem 3's optimum <= one-step PGD < plain GD, each
-    falling with ``n`` (on :data:`CURVE_N`). The paper's curves are for ``L = 3``; the quick profile
-    trains ``L = 2`` (cheaper, and its loss is not heavy-tailed after a short run) at ``n = 2, 6,
-    20``; seeds 0-19: all pass (worst part 0.71). Full: ``L = 3`` at the paper's ``n = 2, 4, ...,
-    20``.
+    Asserted per ``n``: (i) the trained loss plus z_crit s.e. is at most Theorem 3's optimum times
+    ``1 +`` :data:`PGD_TOL`; (ii) it is not significantly below least squares' ``d - min(n, d)``, the
+    Bayes risk (one-sided z); (iii) it is below plain GD, by :data:`PLAIN_FACTOR` against
+    ``gd_optimal_loss`` for ``n >= 2d`` (significantly, paired z on the same prompts, below ``2d``,
+    where the methods crowd towards the Bayes risk); (iv) the simulated one-step PGD and plain GD within
+    z_crit s.e. of ``gd_optimal_loss`` at ``Sigma = I`` and at Sigma; and (v) the closed-form curves
+    ordered as drawn, OLS <= Theorem 3's optimum <= one-step PGD < plain GD, each but OLS falling with
+    ``n`` (on :data:`CURVE_N`). The paper's curves are for ``L = 3``; the quick profile trains
+    ``L = 2`` at ``n = 2, 6, 20``, the full one ``L = 3`` at the paper's ``n = 2, 4, ..., 20``.
 
-    Controls: the authors' off-by-one Bayes risk ``d - (n - 1)`` at ``n = 2`` (the trained model must
-    be significantly below it); at Sigma = I plain GD is preconditioned GD, so the ordering test of
-    (iv) must not fire there.
+    Controls: the authors' off-by-one Bayes risk ``d - (n - 1)`` at the smallest ``n`` (the trained
+    model must be significantly below it); the simulated one-step PGD at the smallest ``n`` against
+    its closed form at ``n - 1`` (the authors' baselines fit ``n - 1`` examples).
     """
     L = ctx.setting("L")
     ns = tuple(ctx.setting("n"))
     settings = dict(ctx.pick(quick=SWEEP_QUICK, full=SWEEP_FULL), steps=ctx.setting("steps"),
                     batch=ctx.setting("batch"))
-    samples = ctx.setting("samples")
-    tol = PGD_TOL[ctx.profile]
+    samples, tol = ctx.setting("samples"), PGD_TOL[ctx.profile]
     Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
     run = _train(ctx, Sigma, [(L, n) for n in ns], settings)
     if run.stopped_at is not None:
         return _stopped(run, f"Fig. 6 sweep n = {ns}, L = {L}")
     curve_n = sorted(set(CURVE_N) | set(ns))
-    contexts = ctx.setting("contexts")
-    base = _curves(ctx, Sigma, [(L, n) for n in curve_n], contexts, CODE_GRID_PGD)  # variable_N's
-    z_crit = z_threshold(4 * len(ns))
-    parts, per_n, controls = {}, {}, []
+    base = {n: baseline_losses(EXPERIMENT_EIGENVALUES, n, L, CODE_GRID_PGD) for n in curve_n}  # variable_N's grid
+    z_crit = z_threshold(5 * len(ns))
+    parts, per_n, est_n = {}, {}, {}
     for k, n in enumerate(ns):
-        b = base[(L, n)]
-        tr = _trained(ctx, Sigma, run, k, samples, b["steps"]["PGD one step a*"])
-        f_ols, f_opt, f_one, plain = (b[key] for key in ("OLS", "PGD, optimal steps (Theorem 3)", "PGD, one step",
-                                                         "plain GD, best step"))
-        parts[f"n={n}: (trained + z s.e. - Theorem 3 optimum) / (tol f*)"] = _pgd_part(tr, f_opt, tol, z_crit)
-        parts[f"n={n}: (OLS - trained) / (z_crit s.e.) (Bayes risk)"] = (f_ols.mean - tr["loss"]) / (z_crit * tr["se"])
-        far = n >= 2 * D
-        parts[f"n={n}: " + (f"{PLAIN_FACTOR} x trained / plain GD" if far else "z_crit / z(plain GD - trained)")] = (
-            _plain_part(tr, plain, z_crit, far=far))
-        z_plain = (plain.mean - f_one.mean) / plain.se
-        parts[f"n={n}: z_crit / z(plain GD - PGD one step)"] = z_crit / z_plain if z_plain > 0 else float("inf")
-        per_n[n] = {"trained": tr, "baselines": {key: (v.mean, v.se) if isinstance(v, Estimate) else v
-                                                 for key, v in b.items()}}
-        if n == min(ns) and n < D:
-            f_off = float(_cf(OLS, n=n - 1, d=D)) if n > 1 else float(D)
-            z_off = (f_off - tr["loss"]) / tr["se"]
-            # expected: the trained model at least as good as Theorem 3's optimum at this n
-            controls.append(Control(f"the authors' off-by-one Bayes risk d - (n - 1) = {f_off:g} at n = {n}: "
-                                    "z(d - n + 1 - "
-                                    "trained) / z_crit (the trained model must be significantly below it)",
-                                    z_off / z_crit, 1.0, expected=(f_off - f_opt.mean) / (z_crit * tr["se"])))
-    ordered = all(base[(L, n)]["OLS"].mean <= base[(L, n)]["PGD, optimal steps (Theorem 3)"].mean
-                  <= base[(L, n)]["PGD, one step"].mean for n in curve_n)
-    parts["OLS <= Theorem 3 optimum <= PGD one step (every n of the curve)"] = 0.0 if ordered else float("inf")
-    for key in ("PGD, optimal steps (Theorem 3)", "PGD, one step", "plain GD, best step"):
-        vals = [base[(L, n)][key].mean for n in curve_n]
-        parts[f"{key}: falls with n"] = 0.0 if all(x > y for x, y in zip(vals, vals[1:])) else float("inf")
-    controls.append(_identity_control(ctx, max(ns), L, contexts, z_crit))
+        models, info = _models(run, k, Sigma, base[n])
+        est = est_n[n] = heldout_losses(ctx.rng, Sigma, n, samples, models)
+        _model_parts(parts, f"n={n}", est, "", base[n], tol, z_crit, far=n >= 2 * D)
+        tr, tr_se = _trained_loss(est, "", base[n])
+        parts[f"n={n}: (OLS - trained) / (z_crit s.e.) (Bayes risk)"] = (base[n]["OLS"] - tr) / (z_crit * tr_se)
+        per_n[n] = {"held-out [mean, s.e.]": _row(est, "", base[n]), **info}
+    keys = ("OLS", "PGD, optimal steps (Theorem 3)", "PGD, one step", "plain GD, best step")
+    ordered = all(base[n][keys[0]] <= base[n][keys[1]] <= base[n][keys[2]] < base[n][keys[3]] for n in curve_n)
+    parts["closed forms: OLS <= Theorem 3 optimum <= PGD one step < plain GD (every n of the curve)"] = (
+        0.0 if ordered else float("inf"))
+    for key in keys[1:]:
+        vals = [base[n][key] for n in curve_n]
+        parts[f"closed form {key}: falls with n"] = 0.0 if all(x > y for x, y in zip(vals, vals[1:])) else float("inf")
+    n0 = min(ns)
+    (tr, tr_se), pgd = _trained_loss(est_n[n0], "", base[n0]), est_n[n0][PGD]
+    f_off = base[n0]["code: OLS, n - 1 examples"]
+    f_pgd_off = float(_cf(GD_LOSS, Sigma=[1.0] * D, n=n0 - 1, eta=base[n0]["PGD step a*"], L=L)) if n0 > 1 else float(D)
+    f_opt = base[n0]["PGD, optimal steps (Theorem 3)"]
+    controls = [
+        Control(f"the authors' off-by-one Bayes risk d - (n - 1) = {f_off:g} at n = {n0}: z(d - n + 1 - trained) / "
+                "z_crit (the trained model must be significantly below it)",
+                (f_off - tr) / (z_crit * tr_se), 1.0, expected=(f_off - f_opt) / (z_crit * tr_se)),
+        Control(f"simulated one-step PGD at n = {n0} vs its closed form at n - 1 = {n0 - 1} (the authors' "
+                "off-by-one): |z|", abs(_z(pgd, f_pgd_off)), z_crit,
+                expected=abs(f_pgd_off - base[n0]["PGD, one step"]) / float(pgd.se))]
     return Outcome(
-        measured={f"n={n}": v["trained"]["loss"] for n, v in per_n.items()},
-        predicted={f"n={n}": {"OLS": base[(L, n)]["OLS"].mean,
-                              "Theorem 3 optimum": base[(L, n)]["PGD, optimal steps (Theorem 3)"].mean,
-                              "plain GD": base[(L, n)]["plain GD, best step"].mean} for n in ns},
+        measured={f"n={n}": per_n[n]["held-out [mean, s.e.]"] for n in ns},
+        predicted={f"n={n}": {k: base[n][k] for k in keys} for n in ns},
         discrepancy=max(parts.values()), tolerance=1.0,
         criterion=(f"max of normalised parts <= 1 over n = {ns} (L = {L}, d = {D}, eigenvalues "
-                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out prompts, z_crit = {z_crit:.2f}): trained + z s.e. <= "
-                   f"Theorem 3's optimum (1 + {tol}) and not significantly below d - min(n, d); below "
-                   f"plain GD ({PLAIN_FACTOR} x for n >= 2d, z-test below); plain GD significantly above "
-                   "one-step PGD; OLS <= Theorem 3's optimum <= one-step PGD and each baseline falling with n "
-                   f"on n = {tuple(curve_n)}. The paper's Fig. 6 is L = 3; "
-                   + (f"quick: L = {L}, 800 steps of batch 300 per model." if ctx.profile == "quick" else
-                      f"full: {settings['steps']} steps of batch {settings['batch']}.")),
+                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out prompts per n, z_crit = {z_crit:.2f}): trained + z "
+                   f"s.e. <= Theorem 3's optimum (1 + {tol}) and not significantly below d - min(n, d); below plain GD "
+                   f"({PLAIN_FACTOR} x against gd_optimal_loss for n >= 2d, paired z-test below); the simulated "
+                   "one-step PGD and plain GD within z_crit s.e. of gd_optimal_loss at I and at Sigma; the closed-form "
+                   f"curves ordered and falling with n on n = {tuple(curve_n)}. The paper's Fig. 6 is L = 3; "
+                   f"L = {L} here, {settings['steps']} steps of batch {settings['batch']} per model."),
         controls=controls,
         details={"settings": settings, "L": L, "per n": per_n, "parts": parts,
-                 "baselines (curve)": {f"n={n}": {key: (v.mean, v.se) if isinstance(v, Estimate) else v
-                                                  for key, v in base[(L, n)].items()} for n in curve_n},
+                 "baselines (closed forms)": {f"n={n}": base[n] for n in curve_n},
                  "Sigma eigenvalues": np.linalg.eigvalsh(Sigma), "seconds (training)": run.seconds,
                  "device": ctx.device},
         figures={"fig6": _fig6(base, per_n, L, curve_n)},
@@ -397,17 +370,24 @@ def torch_fig6(ctx):
 
 def _fig6(base, per_n, L, curve_n) -> dict:
     def pick(key):
-        return [base[(L, n)][key].mean for n in curve_n]
+        return [base[n][key] for n in curve_n]
 
     ns = sorted(per_n)
+
+    def held(key):
+        return [per_n[n]["held-out [mean, s.e.]"][key] for n in ns]
+
     return lines(f"Fig. 6: test loss against context length (L = {L}, d = {D})", "context length n", "test loss",
-                 [series(f"trained transformer (eq. 11), L = {L}", ns, [per_n[n]["trained"]["loss"] for n in ns],
-                         style="o", yerr=[per_n[n]["trained"]["se"] for n in ns]),
+                 [series(f"trained transformer (eq. 11), L = {L}", ns, [x[0] for x in held(TRAINED)], style="o",
+                         yerr=[x[1] for x in held(TRAINED)]),
                   series("OLS: d - min(n, d) (least_squares.loss)", curve_n, pick("OLS")),
-                  series("PGD, optimal steps (Theorem 3)", curve_n, pick("PGD, optimal steps (Theorem 3)")),
-                  series("PGD, one step (constant_step)", curve_n, pick("PGD, one step")),
-                  series("plain GD, best step (MC)", curve_n, pick("plain GD, best step")),
+                  series("PGD, optimal steps (Theorem 3: multi_layer.optimal_loss)", curve_n,
+                         pick("PGD, optimal steps (Theorem 3)")),
+                  series("PGD, one step (gd_optimal_loss at Sigma = I)", curve_n, pick("PGD, one step")),
+                  series("plain GD, best step (gd_optimal_loss)", curve_n, pick("plain GD, best step")),
+                  series("PGD, one step, simulated", ns, [x[0] for x in held(PGD)], style="o"),
+                  series("plain GD, simulated", ns, [x[0] for x in held(GD)], style="o"),
                   series("authors' code: PGD, grid step, n - 1 examples", curve_n,
-                         [base[(L, n)]["code: PGD, grid step, n - 1 examples"] for n in curve_n], style="--"),
-                  series("authors' code: OLS, n - 1 examples", curve_n,
-                         [base[(L, n)]["code: OLS, n - 1 examples"] for n in curve_n], style=":")])
+                         pick("code: PGD, grid step, n - 1 examples"), style="--"),
+                  series("authors' code: OLS, n - 1 examples", curve_n, pick("code: OLS, n - 1 examples"),
+                         style=":")])

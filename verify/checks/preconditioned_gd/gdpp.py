@@ -7,9 +7,9 @@ Contains
 ``preconditioned_gd.gdpp.mc_gradient_full``
     Full (P, Q): GD++ critical points (Theorem 4, L = 2) are not critical for every entry (label-label attention
     [Q_l]_{d+1,d+1}); Theorem 1's optimum (L = 1) is
-``preconditioned_gd.gdpp.mc_three_layer_tails``
-    Fig. 3c: at L = 3 the GD++ loss of the sample-average optimum (and of the filed trained transformer) is carried
-    by rare contexts: importance sampling bounds its expectation well above the typical-sample value
+``preconditioned_gd.gdpp.mc_optimum``
+    Three GD++ layers at the registered optimum (n = 20 and the paper's n = 10): importance-sampled Monte Carlo of
+    the transformer against optimal_loss; the step ordering and a_l b_l < 0 of §5.1 at the optimum
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.flows.gdpp import GDPP, GDPP_BOX, gdpp_control_z, gdpp_minima, gdpp_scales, projection_on, residual_off
-from verify.models.linear_transformer import sparse_layers
+from verify.models.linear_transformer import general_layers, predict, sparse_layers
 from verify.models.linear_transformer_monte_carlo import (
     D_PAPER,
     N_PAPER,
@@ -27,10 +27,13 @@ from verify.models.linear_transformer_monte_carlo import (
     full_gradient_z,
     mc_transformer_loss,
     per_prompt_gradients,
+    TILT,
+    planar_moments,
+    tilted_prompts,
 )
 from verify.settings import Setting
 from verify.stats import evaluate as _cf
-from verify.stats import z_threshold
+from verify.stats import batch_mean, chunks, z_threshold
 from verify.tasks.preconditioned_gd import distorted_covariance
 
 
@@ -202,101 +205,92 @@ def gdpp_gradient_full(ctx):
     )
 
 
-# -- Fig. 3c: the three-layer GD++ loss is carried by rare contexts -----------------------------
-#: Points of Theorem 4's set at L = 3 (eq.-11 sign): the sample-average optima (GDPP3_OPTIMUM), the
-#: point the spec reports at n = 10, and the trained transformer of the filed torch_theorem4 full run
-#: (n = 20, 20000 Adam steps, projected on the set).
-TAIL_POINTS = (
-    ("sample-average optimum", 20, None),
-    ("filed trained transformer (torch_theorem4 full run)", 20,
-     ((-0.3791, -2.3742, -9.4843), (0.9007, 0.5653, 0.0))),
-    ("sample-average optimum", 10, None),
-    ("the spec's optimum", 10, ((-0.5977, -2.8139, -9.8265), (0.3583, 0.3546, 0.0))),
-)
-#: Importance sampling: W ~ W_d(n, c I) reweighted (c = 2 reproduces the exact L = 2 GD++ loss, 10.55,
-#: at a heavy-tailed point, and the four-step constant-step loss at n = 10; c = 3 loses mass at small
-#: tr W and undershoots), each term truncated at CAP so the mean is a lower bound with a finite
-#: variance. The claim: the expected loss is at least TAIL_FACTOR times the typical-sample mean.
-TAIL_C, TAIL_CAP, TAIL_FACTOR = 2.0, 100.0, 2.0
-#: The L = 2 validation point (n = 10): heavy-tailed, with an exact value from preconditioned_gd.gdpp.loss.
-TAIL_L2 = ((-0.6, -9.0), (0.35, 0.0))
+# -- (f) Theorem 4 at three layers: the GD++ optimum against the transformer ---------------------------
+GDPP_OPT = "preconditioned_gd.gdpp.optimal_loss"
+GDPP_PAR = "preconditioned_gd.gdpp.optimal_parameters"
+@check("preconditioned_gd.gdpp.mc_optimum", covers=[GDPP_OPT, GDPP_PAR, GDPP], method="monte_carlo",
+       title="Three GD++ layers at the registered optimum (Theorem 4, Fig. 3c): the transformer's loss by "
+             "importance-sampled Monte Carlo against optimal_loss, n = 20 and the paper's n = 10",
+       settings=[Setting("samples", "int", quick=100_000, full=2_000_000, low=1000, high=10**9,
+                         doc="sampled prompts per context length")])
+def gdpp_mc_optimum(ctx):
+    """The L = 3 GD++ transformer (eq. 11) with ``A_l = a*_l Sigma^{-1}``, ``B_l = b*_l I`` at the
+    registered optimum, on prompts of the paper's Sigma (random rotation), ``d = 5``, ``n = 20`` (the
+    authors' code) and ``n = 10`` (the paper's §5.1).
 
+    The per-prompt loss is a degree-26 polynomial of the context's Wishart spectrum: its expectation
+    is carried by contexts rarer than 1e-7 (plain Monte Carlo over 1e7 contexts at n = 20 reads
+    0.000899 +- 0.0000015 against 0.000961, z = -41), so a plain z-test is invalid at any affordable
+    size. The contexts are therefore drawn with their largest eigenvalue stretched by a factor from
+    ``TILT`` and weighted by the exact density ratio
+    (:func:`~verify.models.linear_transformer_monte_carlo.tilted_prompts`): unbiased, and over 40
+    replications of 5e4 contexts (the exact conditional loss) the z-scores had mean 0.18, sd 0.99
+    (n = 20) and 0.13, 0.74 (n = 10), all |z| < 2.5. Criterion: max |z| of the two weighted means
+    against ``optimal_loss`` (family-wise threshold), and the paper's observations as properties of
+    the registered optimum: ``|a_0| <= |a_1| <= |a_2|`` (observation 2, Fig. 5) and ``a_l b_l < 0``
+    (observation 1) at both n.
 
-@check("preconditioned_gd.gdpp.mc_three_layer_tails", covers=[GDPP], method="monte_carlo",
-       title="Fig. 3c: at three layers the GD++ loss of the sample-average optimum is carried by rare "
-             "contexts; its expectation is several times the typical-sample value (n = 10 and 20)",
-       settings=[Setting("spectra", "int", quick=300_000, full=4_000_000, low=1000, high=10**9,
-                         doc="white Wishart spectra per n, drawn plainly and again tilted (importance sampling)")])
-def gdpp_three_layer_tails(ctx):
-    """Fig. 3c's "the loss converges to 0", read as the GD++ optimum's value (about 7e-4 at ``n =
-    20``, 0.04 at the paper's ``n = 10``), is a typical-sample value. On Theorem 4's set the loss is
-    ``E sum_k r(s_k)^2`` over the white Wishart spectrum (exact per context,
-    ``preconditioned_gd.multi_layer.spectral_reduction``), with ``r`` of degree 13 at ``L = 3``; at the
-    points that minimise a sample average (and at the filed trained transformer) ``r`` explodes past the
-    bulk of the spectrum, where a sample of 1e6 contexts has nothing.
+    Controls (expected z: the closed-form gap over the measured s.e., the larger of the two n): the
+    other context length's optimum (the paper's n = 10 against the code's N = 20), and the loss at the
+    optimum computed from the planar (Marchenko-Pastur) moments instead of the exact ones.
 
-    Per point: the plain mean over ``spectra`` white Wishart spectra (the typical value) and an
-    importance-sampled lower bound of the expectation (spectra of ``W_d(n, 2I)``, likelihood ratios,
-    each term truncated at :data:`TAIL_CAP`: its mean is below ``E f``, its variance finite).
-    Asserted: lower bound - z_crit s.e. >= :data:`TAIL_FACTOR` (typical + z_crit s.e.). Validation
-    (asserted too): at ``L = 2`` (``n = 10``, ``a = (-0.6, -9)``, ``b_0 = 0.35``) the untruncated
-    importance-sampled mean equals ``preconditioned_gd.gdpp.loss`` (10.55; a z-test), and the
-    truncated one is not above it. Seeds 0-19 (quick): all pass (worst part 0.62).
+    Seeds 0-19 (quick, 1e5 prompts per n, relative s.e. 4.5-4.7 %): 20/20 passed; z at n = 20 mean
+    -0.62 (min -3.29), at n = 10 mean 0.40 (max 1.62); worst discrepancy/tolerance 0.655 (seed 7);
+    controls at least 99.6 (expected 100.2) and 11.9 (expected 10.3) against the threshold 5.03.
+    Median 32 s per seed, measured on the 2-core machine shared under a load average of about 16."""
+    import sympy as sp
 
-    Control: the same tail test at the ``L = 2`` GD++ minimum (``preconditioned_gd.gdpp.loss`` 0.384,
-    whose tails are light) must not fire: there the bound is the typical value.
-    """
     from theory.preconditioned_gd.gdpp import gdpp_residual
-    from verify.models.preconditioned_gd_baselines import GDPP3_OPTIMUM, tilted_wishart_spectra, wishart_spectra
 
-    total, d = ctx.setting("spectra"), D_PAPER
-    z_crit = z_threshold(len(TAIL_POINTS) + 2)
-    draws = {}
-    for n in sorted({n for _, n, _ in TAIL_POINTS}):
-        draws[n] = (wishart_spectra(ctx.rng, n, d, total), *tilted_wishart_spectra(ctx.rng, n, d, total, TAIL_C))
+    d, L = D_PAPER, 3
+    total = ctx.setting("samples")
+    Sigma = distorted_covariance(ctx.rng)
+    Si = np.linalg.inv(Sigma)
+    rows, z, parts = {}, [], {}
+    f_star = {n: float(_cf(GDPP_OPT, n=n, d=d, L=L)) for n in (20, 10)}
+    s = sp.Symbol("s")
+    for n in (20, 10):
+        theta = np.asarray(_cf(GDPP_PAR, n=n, d=d, L=L), dtype=float)
+        a, b = theta[:L], theta[L:]
+        P, Q = general_layers([al * Si for al in a], [bl * np.eye(d) for bl in (*b, 0.0)])
+        acc = batch_mean()
+        lam_max = 0.0
+        for size in chunks(total, 20_000):
+            pr, weight, lam = tilted_prompts(ctx.rng, Sigma, n, size)
+            acc.add(weight * (predict(pr.tokens(), P, Q) - pr.target) ** 2)
+            lam_max = max(lam_max, float(lam[:, -1].max()))
+        est = acc.result()
+        z.append(float(est.z(f_star[n])))
+        poly = sp.Poly(sp.expand(gdpp_residual([sp.Float(x, 30) for x in a], [sp.Float(x, 30) for x in b], s) ** 2), s)
+        m_planar = np.concatenate([[d], planar_moments(n, d, poly.degree())])
+        f_planar = float(sum(float(c) * m_planar[k] for (k,), c in poly.terms()))
+        other = f_star[30 - n]
+        rows[f"n={n}"] = {"a": a.tolist(), "b": b.tolist(), "predicted": f_star[n], "measured": float(est.mean),
+                          "se": float(est.se), "z": z[-1], "planar-moment loss": f_planar,
+                          "other n's optimum": other, "largest eigenvalue of S_u sampled": lam_max}
+        violation = max(abs(a[0]) - abs(a[1]), abs(a[1]) - abs(a[2]), 0.0)
+        parts[f"n={n}: |a_0| <= |a_1| <= |a_2| (violation)"] = float(violation)
+        parts[f"n={n}: max a_l b_l (must be < 0)"] = float(np.max(a[:2] * b))
+    z_crit = z_threshold(len(z))
+    ordered = all(v == 0.0 for k, v in parts.items() if "violation" in k)
+    signs = all(v < 0 for k, v in parts.items() if "a_l b_l" in k)
+    zmax = float(np.max(np.abs(z)))
 
-    def mean_se(x):
-        return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x)))
+    def control(name, key):
+        stat = max(abs((r["measured"] - r[key]) / r["se"]) for r in rows.values())
+        expected = max(abs(r[key] - r["predicted"]) / r["se"] for r in rows.values())
+        return Control(name, stat, z_crit, expected=expected)
 
-    def tail_test(n, a, b):
-        plain, tilted, w = draws[n]
-        typ = mean_se(np.sum(gdpp_residual(list(a), list(b), plain) ** 2, axis=1))
-        f = np.sum(gdpp_residual(list(a), list(b), tilted) ** 2, axis=1) * w
-        low, full = mean_se(np.minimum(f, TAIL_CAP)), mean_se(f)
-        part = TAIL_FACTOR * (typ[0] + z_crit * typ[1]) / max(low[0] - z_crit * low[1], 1e-300)
-        return part, {"typical mean": typ, "importance-sampled, truncated (lower bound)": low,
-                      "importance-sampled": full}
-
-    parts, rows = {}, {}
-    for name, n, point in TAIL_POINTS:
-        a, b = (point if point is not None else GDPP3_OPTIMUM[(n, d)][:2])
-        part, info = tail_test(n, a, b)
-        parts[f"n={n}, {name}: {TAIL_FACTOR} x typical / lower bound"] = part
-        rows[f"n={n}, {name}"] = {"a": list(a), "b": list(b), **info}
-    # validation at L = 2 against the closed form (n = 10 draws)
-    a2, b2 = TAIL_L2
-    exact = float(_cf(GDPP, n=10, d=d, a=list(a2), b=list(b2)))
-    _, info2 = tail_test(10, a2, b2)
-    full2, low2 = info2["importance-sampled"], info2["importance-sampled, truncated (lower bound)"]
-    parts["L=2 validation: |z| importance-sampled vs gdpp.loss / z_crit"] = abs(full2[0] - exact) / full2[1] / z_crit
-    parts["L=2 validation: (truncated - z s.e.) / gdpp.loss"] = (low2[0] - z_crit * low2[1]) / exact
-    rows["L=2 validation (n = 10)"] = {"a": list(a2), "b": list(b2), "gdpp.loss": exact, **info2}
-    # control: the L = 2 GD++ minimum, light-tailed
-    a_m, b_m, f_m = gdpp_minima(10, d)[0]
-    part_c, info_c = tail_test(10, a_m, b_m)
-    rows["control: L = 2 GD++ minimum (n = 10)"] = {"a": a_m.tolist(), "b": b_m.tolist(), "gdpp.loss": f_m, **info_c}
     return Outcome(
-        measured={k: {"typical": v["typical mean"][0],
-                      "lower bound": v["importance-sampled, truncated (lower bound)"][0]}
-                  for k, v in rows.items() if k.startswith("n=")},
-        predicted={"expected loss >= factor x typical": TAIL_FACTOR},
-        discrepancy=max(parts.values()), tolerance=1.0,
-        criterion=(f"max of normalised parts <= 1 (z_crit = {z_crit:.2f}, {total} plain and {total} tilted spectra "
-                   f"per n, tilt c = {TAIL_C}, truncation {TAIL_CAP:g}): at each L = 3 point the truncated "
-                   f"importance-sampled lower bound - z s.e. >= {TAIL_FACTOR} (typical mean + z s.e.); L = 2 "
-                   "validation: the importance-sampled mean within z_crit s.e. of gdpp.loss and the truncated one "
-                   "not above it"),
-        controls=[Control("the tail test at the L = 2 GD++ minimum (light tails): factor x typical / lower bound",
-                          part_c, 1.0, expected=TAIL_FACTOR)],
-        details={"points": rows, "parts": parts},
+        measured={k: v["measured"] for k, v in rows.items()},
+        predicted={k: v["predicted"] for k, v in rows.items()},
+        discrepancy=zmax, tolerance=z_crit, passed=bool(zmax <= z_crit and ordered and signs),
+        criterion=f"max |z| over the 2 context lengths (d = {d}, L = {L}, Sigma with eigenvalues (1, 1, .25, .0625, "
+                  f"1), random rotation; {total} prompts each, contexts stretched along their top eigenvector by "
+                  f"{TILT} and weighted by the exact eigenvalue-density ratio; per-prompt s.e.) <= z_crit "
+                  "(family-wise false alarm 1e-6); and at both n the registered optimum has |a_0| <= |a_1| <= |a_2| "
+                  "and a_0 b_0, a_1 b_1 < 0",
+        controls=[control("the other context length's optimum (n = 10 vs n = 20)", "other n's optimum"),
+                  control("the loss at the optimum from the planar (Marchenko-Pastur) moments", "planar-moment loss")],
+        details={"cases": rows, "properties": parts, "tilt": TILT, "prompts": total},
     )

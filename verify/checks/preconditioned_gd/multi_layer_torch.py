@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from verify import Control, Outcome, check
+from verify.models.preconditioned_gd_runs import RUNS, over_problem_draws
 from verify.models.preconditioned_gd_training import (
     DIM,
     N_CONTEXT,
@@ -79,7 +80,7 @@ SPARSE_TOL = {"quick": (0.15, 0.10, 0.15), "full": (0.03, 0.02, 0.03)}
                  Setting("lr", "float", quick=SPARSE_QUICK["lr"], full=SPARSE_FULL["lr"], low=1e-6, high=10.0,
                          doc="initial learning rate (halved on the profile's schedule)"),
                  Setting("samples", "int", quick=50_000, full=1_000_000, low=1000, high=10**8,
-                         doc="held-out prompts of the Monte Carlo evaluation per L")])
+                         doc="held-out prompts of the Monte Carlo evaluation per L"), RUNS])
 def theorem3_sparse(ctx):
     """Train the sparse (eq. 8) transformer and compare with the optimum on ``S``.
 
@@ -91,6 +92,11 @@ def theorem3_sparse(ctx):
     (z-test). The trained model must not be significantly *better* than the optimum on
     ``S`` either (a lower loss would contradict the theory's global optimum).
     """
+    return over_problem_draws(ctx, _theorem3_sparse_run)  # one run per draw of Sigma (setting runs)
+
+
+def _theorem3_sparse_run(ctx):
+    """One run of :func:`theorem3_sparse` (one draw of Sigma, init and batches)."""
     from verify.models.linear_transformer import dist_to_identity
     from verify.models.preconditioned_gd_training import sparse_figures, sparse_run_statistics, train_sparse
 
@@ -250,7 +256,7 @@ FULL_ML_FULL_NOTE = "Full: from N(0, 0.01^2) on every entry, float32, compiled l
        title="L = 2, 3 with every entry of P_l, Q_l trained: Adam lands on Theorem 4's set "
              "(A_l = a_l Sigma^{-1}, B_l = b_l I) at the GD++ optimum",
        settings=[Setting("samples", "int", quick=50_000, full=1_000_000, low=1000, high=10**8,
-                         doc="held-out prompts of the Monte Carlo evaluation per L")])
+                         doc="held-out prompts of the Monte Carlo evaluation per L"), RUNS])
 def full_multilayer(ctx):
     """Train full ``(d+1) x (d+1)`` matrices ``P_l, Q_l`` (nothing fixed, no block structure).
 
@@ -282,6 +288,11 @@ def full_multilayer(ctx):
     Controls: plain GD (``Dist(A_l, I)``), the second GD++ minimum (``a = (0.769, 2.644)``,
     ``b_0 = 0.353``), and the sparse optimum's steps with ``b_0 = 0``.
     """
+    return over_problem_draws(ctx, _full_multilayer_run)  # one run per draw of Sigma (setting runs)
+
+
+def _full_multilayer_run(ctx):
+    """One run of :func:`full_multilayer` (one draw of Sigma, init and batches)."""
     from verify.flows.gdpp import gdpp_minima
     from verify.models import preconditioned_gd_full as full
     from verify.models.linear_transformer import dist_to_identity, general_layers

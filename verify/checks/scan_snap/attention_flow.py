@@ -125,13 +125,16 @@ def theorem4_ode(ctx):
     figures = {"theorem4_bn": {
         "kind": "lines", "title": f"Theorem 4: B_n(t) (M={M}, K={K}, eta_Y={eta_Y}, eta_Z={eta_Z}, C0={C0})",
         "xlabel": "t (batch-1 steps)", "ylabel": "B_n(t)", "xscale": "log",
-        "series": [{"label": "ODE (eq. 118-119), averaged", "x": t_plot, "y": B.tolist(), "style": "o"},
+        "series": [{"label": "ODE (eq. 118-119), averaged", "x": t_plot, "y": B.tolist(), "style": "o",
+                    "group": "averaged"},
                    {"label": "corrected 1/4 ln(1 + 4 Gamma/C0)", "x": t_plot,
-                    "y": _get("attention.growth")(**kw).tolist()},
-                   {"label": "printed 1/4 ln(C0 + 4 Gamma)", "x": t_plot, "y": Bp.tolist(), "style": "--"},
-                   {"label": "ODE, literal class sum", "x": t_plot, "y": sims["literal"][1].tolist(), "style": "o"},
+                    "y": _get("attention.growth")(**kw).tolist(), "group": "averaged"},
+                   {"label": "printed 1/4 ln(C0 + 4 Gamma)", "x": t_plot, "y": Bp.tolist(), "style": "--",
+                    "group": "averaged"},
+                   {"label": "ODE, literal class sum", "x": t_plot, "y": sims["literal"][1].tolist(), "style": "o",
+                    "group": "literal"},
                    {"label": "1/(4K) ln(1 + 4 K Gamma/C0)", "x": t_plot,
-                    "y": _get("attention.growth_literal")(**kw).tolist(), "style": ":"}]}}
+                    "y": _get("attention.growth_literal")(**kw).tolist(), "style": ":", "group": "literal"}]}}
     return Outcome(
         measured=errs, predicted="corrected closed forms (ODE error only)", discrepancy=disc, tolerance=1.0,
         criterion="max over a log grid t in [1e-3 t_0', 1e6 t_0] of |closed form - ODE| <= 1e-8 for z and B in both "
@@ -260,9 +263,11 @@ def attention_ode_bn(ctx):
     series = []
     for reading, (B, Bf, Bp, z, zf) in figs.items():
         short = reading.split(" ")[0]
-        series += [{"label": f"eq. 10 ODE ({short})", "x": ts[1:].tolist(), "y": B[1:].tolist(), "style": "o"},
-                   {"label": f"corrected form ({short})", "x": ts[1:].tolist(), "y": Bf[1:].tolist()},
-                   {"label": f"printed form ({short} C0)", "x": ts[1:].tolist(), "y": Bp[1:].tolist(), "style": "--"}]
+        series += [{"label": f"eq. 10 ODE ({short})", "x": ts[1:].tolist(), "y": B[1:].tolist(), "style": "o",
+                    "group": short},
+                   {"label": f"corrected form ({short})", "x": ts[1:].tolist(), "y": Bf[1:].tolist(), "group": short},
+                   {"label": f"printed form ({short} C0)", "x": ts[1:].tolist(), "y": Bp[1:].tolist(), "style": "--",
+                    "group": short}]
     figures = {"bn_printed_corrected_simulated": {
         "kind": "lines", "title": f"B_n(t): eq. 10 ODE vs Theorem 4 (K={K}, D={D}, M={M}, eta_Z/eta_Y={eta_Z/eta_Y:g})",
         "xlabel": "t (batch-1 steps)", "ylabel": "B_n(t)", "xscale": "log", "series": series}}

@@ -1,0 +1,237 @@
+"""The language model of Bao, Hataya, Karakida 2024 (Sec. 7, App. D): a Post-LN transformer with
+single-head causal softmax attention, trained by next-token cross-entropy with and without the
+LOCATER regulariser (Sec. 6).
+
+The paper's runs use fairseq 0.12.2's ``transformer_lm`` with one (or 3, 6) decoder layers, a
+single head and input, attention and feed-forward widths all equal to ``d`` (128, or 32 in App. D).
+This module builds the same block in plain torch:
+
+* token embedding ``E`` (entries ``N(0, 1/d)``) scaled by ``sqrt(d)``, plus sinusoidal position
+  embeddings (fairseq's default);
+* each layer: ``X = LN(X + Attn(X))``, ``X = LN(X + W_2 relu(W_1 X + b_1) + b_2)`` (Post-LN, the
+  fairseq default), ``Attn`` single-head with projections ``q = W_Q x + b_Q``, ``k = W_K x + b_K``,
+  ``v = W_V x + b_V``, causal softmax of ``q_t . k_s / lambda`` with ``lambda = sqrt(d)`` and an
+  output projection (fairseq's initialisation: Xavier-uniform, gain ``1/sqrt(2)`` for ``W_Q``,
+  ``W_K``, ``W_V``);
+* an output projection to the vocabulary (no bias, not tied, entries ``N(0, 1/d)``).
+
+No dropout (fairseq's default 0.1 is left out: the runs here are short and dropout would add
+noise to every measured statistic). Tokens are rows here (``(B, T, d)``), as in torch.
+
+``W_QK = W_Q^T W_K`` (``d x d``, the weights, without ``1/lambda``) is the matrix LOCATER
+penalises, ``kappa1 tr(W_QK^T W_QK) + kappa2 (tr W_QK - 1)^2`` summed over the layers (the paper does
+not say how several layers are treated); its statistics are read from the first layer, as the
+paper does for its deeper models (App. D). The attention logit of query ``t`` and key ``s`` is
+``x_t^T W_QK x_s / lambda`` plus the bias terms.
+
+The statistics of Sec. 7 come from :mod:`verify.models.localization`: the attention entropy
+(:func:`~verify.models.localization.attention_entropy`), the eigenspectrum of ``W_QK``
+(:func:`~verify.models.localization.eigenspectrum`) and Fig. 7's ``rho_i``
+(:func:`~verify.models.localization.signal_propagation_frequency`), here from the first block's
+real logits ``omega`` of the last query (biases included).
+
+Contents
+--------
+PostLNTransformerLM       the model
+train_locater_lm          Adam(W) training on a :class:`verify.tasks.text_corpus.Corpus`, with records
+evaluate                  cross-entropy (nats) and perplexity on windows of a split
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import validate
+from ..tasks.text_corpus import eval_windows, sample_windows
+from .localization import attention_entropy, eigenspectrum, locater_penalty, signal_propagation_frequency
+
+try:
+    import torch
+    from torch import nn
+except ImportError:  # pragma: no cover
+    torch = nn = None
+
+__all__ = ["PostLNTransformerLM", "train_locater_lm", "evaluate"]
+
+
+def _sinusoidal(T: int, d: int, dtype) -> "torch.Tensor":
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    half = d // 2
+    freq = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64) / max(half - 1, 1))
+    ang = pos * freq[None]
+    pe = torch.zeros(T, d, dtype=torch.float64)
+    pe[:, :half], pe[:, half:2 * half] = torch.sin(ang), torch.cos(ang)
+    return pe.to(dtype)
+
+
+class PostLNTransformerLM(nn.Module if nn is not None else object):
+    """Causal transformer language model: embedding, ``layers`` Post-LN blocks with one softmax
+    attention head, output projection (see the module docstring).
+
+    Parameters
+    ----------
+    vocab_size : int
+        Number of token ids (>= 2).
+    d : int
+        Embedding = attention = feed-forward width (the paper's d; even, >= 2).
+    layers : int
+        Number of blocks (>= 1).
+    T_max : int
+        Longest sequence (rows of the position table).
+    generator : torch.Generator, optional
+        Source of the initial weights.
+    """
+
+    def __init__(self, vocab_size: int, d: int, layers: int = 1, T_max: int = 64, *, generator=None,
+                 dtype=None):
+        super().__init__()
+        vocab_size = validate.integer("vocab_size", vocab_size, low=2)
+        d = validate.integer("d", d, low=2)
+        if d % 2:
+            raise ValueError(f"d: expected an even width (sinusoidal positions), got {d}")
+        layers = validate.integer("layers", layers)
+        T_max = validate.integer("T_max", T_max)
+        dtype = dtype or torch.float32
+        self.vocab_size, self.d, self.layers, self.T_max = vocab_size, d, layers, T_max
+        self.temperature = math.sqrt(d)
+
+        def normal(*shape, std):
+            return nn.Parameter(torch.randn(*shape, generator=generator, dtype=dtype) * std)
+
+        def xavier(n_out, n_in, gain=1.0):
+            bound = gain * math.sqrt(6.0 / (n_in + n_out))
+            return nn.Parameter((torch.rand(n_out, n_in, generator=generator, dtype=dtype) * 2 - 1) * bound)
+
+        def zeros(*shape):
+            return nn.Parameter(torch.zeros(*shape, dtype=dtype))
+
+        self.embed = normal(vocab_size, d, std=d ** -0.5)
+        self.register_buffer("positions", _sinusoidal(T_max, d, dtype))
+        g = 2 ** -0.5
+        self.W_Q = nn.ParameterList([xavier(d, d, g) for _ in range(layers)])
+        self.W_K = nn.ParameterList([xavier(d, d, g) for _ in range(layers)])
+        self.W_V = nn.ParameterList([xavier(d, d, g) for _ in range(layers)])
+        self.W_O = nn.ParameterList([xavier(d, d) for _ in range(layers)])
+        self.b_Q, self.b_K, self.b_V, self.b_O = (nn.ParameterList([zeros(d) for _ in range(layers)])
+                                                  for _ in range(4))
+        self.W_1 = nn.ParameterList([xavier(d, d) for _ in range(layers)])
+        self.W_2 = nn.ParameterList([xavier(d, d) for _ in range(layers)])
+        self.b_1, self.b_2 = (nn.ParameterList([zeros(d) for _ in range(layers)]) for _ in range(2))
+        self.ln_attn = nn.ModuleList([nn.LayerNorm(d, dtype=dtype) for _ in range(layers)])
+        self.ln_ffn = nn.ModuleList([nn.LayerNorm(d, dtype=dtype) for _ in range(layers)])
+        self.out = normal(vocab_size, d, std=d ** -0.5)
+
+    def qk(self, layer: int = 0):
+        """``W_QK = W_Q^T W_K`` of block ``layer`` (the weights, without the biases and ``1/lambda``)."""
+        return self.W_Q[layer].T @ self.W_K[layer]
+
+    def locater(self, kappa1: float, kappa2: float):
+        """LOCATER penalty ``kappa1 ||W_QK||_F^2 + kappa2 (tr W_QK - 1)^2`` summed over the blocks."""
+        return sum(locater_penalty(self.W_Q[l], self.W_K[l], kappa1, kappa2) for l in range(self.layers))
+
+    def forward(self, ids, return_attention: bool = False):
+        """``ids`` (B, T) of token ids -> logits (B, T, vocab); with ``return_attention`` also the
+        first block's attention probabilities (B, T, T) and its last-query scores (B, T)."""
+        if ids.ndim != 2 or ids.shape[1] > self.T_max:
+            raise ValueError(f"ids: expected shape (B, T <= {self.T_max}), got {tuple(ids.shape)}")
+        T = ids.shape[1]
+        x = self.embed[ids] * math.sqrt(self.d) + self.positions[:T]
+        mask = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
+        first = None
+        for l in range(self.layers):
+            q = x @ self.W_Q[l].T + self.b_Q[l]
+            k = x @ self.W_K[l].T + self.b_K[l]
+            v = x @ self.W_V[l].T + self.b_V[l]
+            scores = (q @ k.transpose(1, 2)) / self.temperature                    # [b, t, s]
+            A = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+            x = self.ln_attn[l](x + (A @ v) @ self.W_O[l].T + self.b_O[l])
+            h = torch.relu(x @ self.W_1[l].T + self.b_1[l]) @ self.W_2[l].T + self.b_2[l]
+            x = self.ln_ffn[l](x + h)
+            if l == 0:
+                first = (A, scores[:, -1, :])
+        logits = x @ self.out.T
+        return (logits, *first) if return_attention else logits
+
+
+def evaluate(model, ids, T: int, max_windows: int | None = None, chunk: int = 64) -> dict:
+    """The model on the non-overlapping windows of ``ids`` (the first ``max_windows``): mean
+    next-token cross-entropy ``ce`` (nats) and ``perplexity = exp(ce)``; the first block's attention
+    entropy (``entropy_last``: the last query's row; ``entropy_all``: the mean over all queries of
+    their causal rows) and Fig. 7's ``rho`` (T,); and per window (lists, for paired comparisons of
+    two models on the same windows) ``ce_windows`` and ``entropy_windows`` (all queries)."""
+    x, y = eval_windows(ids, T, max_windows)
+    device = model.embed.device
+    ce_w, ent_last, ent_all, rho = [], [], [], 0.0
+    with torch.no_grad():
+        for s in range(0, len(x), chunk):
+            xb, yb = torch.from_numpy(x[s:s + chunk]).to(device), torch.from_numpy(y[s:s + chunk]).to(device)
+            logits, A, omega = model(xb, return_attention=True)
+            nll = nn.functional.cross_entropy(logits.transpose(1, 2), yb, reduction="none")    # (b, T)
+            ce_w.append(nll.double().mean(dim=1).cpu())
+            e = attention_entropy(A).double().cpu()
+            ent_last.append(e[:, -1])
+            ent_all.append(e.mean(dim=1))
+            rho = rho + signal_propagation_frequency(omega).cpu().double().numpy() * len(xb)
+    ce_w, ent_last, ent_all = (torch.cat(v).numpy() for v in (ce_w, ent_last, ent_all))
+    n = len(ce_w)
+    ce = float(ce_w.mean())
+    return {"ce": ce, "perplexity": math.exp(ce), "entropy_last": float(ent_last.mean()),
+            "entropy_all": float(ent_all.mean()), "rho": (rho / n).tolist(), "windows": n,
+            "ce_windows": ce_w.tolist(), "entropy_windows": ent_all.tolist()}
+
+
+def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 128, layers: int = 1, T: int = 64,
+                     batch: int = 64, steps: int = 1000, lr: float = 2.5e-5, weight_decay: float = 0.01,
+                     kappa1: float = 0.0, kappa2: float = 0.0, record_every: int = 50,
+                     eval_split: str = "valid", eval_windows_max: int | None = None, device: str = "cpu") -> dict:
+    """Train one :class:`PostLNTransformerLM` on ``corpus.train`` (random windows of ``T + 1``
+    tokens drawn by ``rng``; initial weights from the CPU torch ``generator``, then moved to
+    ``device``) with AdamW (Adam's
+    defaults, decoupled weight decay as fairseq's Adam) on the mean next-token cross-entropy plus
+    the LOCATER penalty (Sec. 6) when ``kappa1`` or ``kappa2`` is non-zero.
+
+    Returns ``{"history": ..., "final": ...}``: every ``record_every`` steps the training
+    cross-entropy of the batch, the penalty, the first block's ``||W_QK||_F^2``, ``tr W_QK``, the
+    eq.-8 variance of its symmetric part, the batch's attention entropies and ``rho_i``; at the
+    end the same statistics of ``W_QK`` and :func:`evaluate` on ``eval_split``.
+    """
+    for name, k in (("kappa1", kappa1), ("kappa2", kappa2), ("weight_decay", weight_decay)):
+        validate.nonnegative(name, k)
+    validate.positive("lr", lr)
+    steps = validate.integer("steps", steps, low=0)
+    record_every = validate.integer("record_every", record_every)
+    model = PostLNTransformerLM(corpus.vocab_size, d, layers, T, generator=generator).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    keys = ("step", "ce", "penalty", "frobenius_sq", "trace", "variance", "entropy_last", "entropy_all", "rho")
+    hist = {k: [] for k in keys}
+    reg = bool(kappa1 or kappa2)
+    for step in range(steps + 1):
+        xb, yb = (torch.from_numpy(a).to(device) for a in sample_windows(rng, corpus.train, T, batch))
+        record = step % record_every == 0 or step == steps
+        logits, A, omega = model(xb, return_attention=True)
+        ce = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1))
+        pen = model.locater(kappa1, kappa2) if reg else None
+        if record:
+            with torch.no_grad():
+                spec = eigenspectrum(model.qk(0).detach().cpu().double().numpy())
+                e = attention_entropy(A)
+                hist["step"].append(step)
+                hist["ce"].append(float(ce))
+                hist["penalty"].append(float(pen) if reg else 0.0)
+                hist["frobenius_sq"].append(spec["frobenius_sq"])
+                hist["trace"].append(spec["trace"])
+                hist["variance"].append(spec["variance"])
+                hist["entropy_last"].append(float(e[:, -1].mean()))
+                hist["entropy_all"].append(float(e.mean()))
+                hist["rho"].append(signal_propagation_frequency(omega.detach()).cpu().double().numpy().tolist())
+        if step == steps:
+            break
+        opt.zero_grad()
+        (ce + pen if reg else ce).backward()
+        opt.step()
+    final = eigenspectrum(model.qk(0).detach().cpu().double().numpy())
+    final.update(evaluate(model, corpus.split(eval_split), T, eval_windows_max))
+    final["blocks"] = [eigenspectrum(model.qk(l).detach().cpu().double().numpy()) for l in range(layers)]
+    return {"history": hist, "final": final}

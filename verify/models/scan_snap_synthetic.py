@@ -1,0 +1,160 @@
+"""The authors' synthetic protocol of Tian, Wang, Chen, Du 2023 ("Scan and Snap", §8, Figs. 5, 6, 11, 12):
+the Syn-Medium data sets and the 1-layer transformer trained directly in the (Y, Z) parameterisation
+(§3.1), with the authors' random initialisation.
+
+Data (§8; the authors' generator, ``Dataset2`` of facebookresearch/luckmatters): ``num_last`` query tokens,
+each with ``num_next_per_last`` next tokens (K = num_last x num_next_per_last classes). Every class draws its
+contextual tokens from ``num_common`` global common tokens (unnormalised weight 1 each) and its own
+``num_unique`` distinct tokens (weights linspace(0.1, 1, num_unique)); ids: common tokens, distinct blocks by
+class, query tokens, next tokens. Fig. 6's panels are num_last = 1, 3, 5, 10 with two next tokens per query
+(K = 2, 6, 10, 20; M = 33, 79, 125, 240).
+
+Model (§3.1, ``Model2`` of the same code): Y and Z are free M x M matrices. The query m attends to the T - 1
+contextual tokens with weights softmax_t(z_{m, x_t}) (eq. 1 with Z = U W_Q W_K^T U^T/sqrt(d)), the output is
+l2-normalised, LN(X^T b) (optionally LN(X^T b + e_m): the authors' residual flag), and the logits are
+Y^T LN(X^T b). ``init="random"`` draws every entry of Y and Z from U(-1/sqrt(M), 1/sqrt(M)) (the ``nn.Linear``
+default the authors' Fig. 6 runs use, ``zero_init=false``), ``init="zero"`` starts from Y = Z = 0 (§8's text).
+Training: two optimisers (SGD with momentum 0.9, or Adam), decoder rate eta_Y on Y, attention rate eta_Z on Z,
+batch 128, T = 128, 100 iterations, fresh sequences every iteration.
+
+Contents
+--------
+syn_medium          the data set of one Fig. 6 panel (a SequenceClasses)
+ReparamTransformer  torch module holding Y and Z
+train_reparam       the training loop; returns the attention c_n of the learned Z along the run
+recall_curve        Figs. 11-12's statistic: the fraction of distinct tokens whose attention reaches a threshold
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from verify.models.scan_snap import SequenceClasses
+
+try:
+    import torch
+    from torch import nn
+except ImportError:  # pragma: no cover
+    torch = nn = None
+
+__all__ = ["syn_medium", "ReparamTransformer", "train_reparam", "recall_curve"]
+
+
+def syn_medium(num_last: int, num_next_per_last: int = 2, num_common: int = 10,
+               num_unique: int = 10) -> SequenceClasses:
+    """The Syn-Medium data set of one Fig. 6 panel (``num_last`` queries, ``num_next_per_last`` classes each);
+    num_last = 1 is Syn-Small with one shared query (M = 33)."""
+    if num_last < 1 or num_next_per_last < 1 or num_unique < 1 or num_common < 0:
+        raise ValueError(f"num_last: need num_last, num_next_per_last, num_unique >= 1 and num_common >= 0, got "
+                         f"{num_last}, {num_next_per_last}, {num_unique}, {num_common}")
+    K = num_last * num_next_per_last
+    n_ctx = num_common + K * num_unique
+    M = n_ctx + num_last + K
+    P = np.zeros((K, M))
+    for n in range(K):
+        P[n, :num_common] = 1.0
+        lo = num_common + n * num_unique
+        P[n, lo:lo + num_unique] = np.linspace(0.1, 1.0, num_unique)
+    P /= P.sum(1, keepdims=True)
+    psi = n_ctx + np.arange(K) // num_next_per_last
+    label = n_ctx + num_last + np.arange(K)
+    return SequenceClasses(P, psi, label)
+
+
+def recall_curve(c: np.ndarray, classes: SequenceClasses, thresholds) -> np.ndarray:
+    """Figs. 11-12: for each threshold, the fraction of the distinct tokens of class n whose attention c_{l|n}
+    reaches it, averaged over the classes (``c`` (K, M) or (..., K, M); returns (..., len(thresholds)))."""
+    c = np.asarray(c)
+    mask = classes.distinct
+    th = np.asarray(thresholds, dtype=float)
+    hit = (c[..., None] >= th) & mask[..., None]
+    return (hit.sum(-2) / mask.sum(-1)[:, None]).mean(-2)
+
+
+if nn is not None:
+
+    class ReparamTransformer(nn.Module):
+        """The 1-layer transformer in the (Y, Z) parameterisation of §3.1 (the authors' ``Model2``).
+
+        Parameters
+        ----------
+        M : int
+            Vocabulary size.
+        init : {"random", "zero"}
+            ``random``: entries U(-1/sqrt(M), 1/sqrt(M)) (the authors' Fig. 6 runs); ``zero``: Y = Z = 0.
+        residual : bool
+            Add the query's one-hot before the normalisation (LN(X^T b + e_m); the authors' residual flag).
+        generator : torch.Generator
+        """
+
+        def __init__(self, M: int, init: str = "random", residual: bool = False, generator=None):
+            super().__init__()
+            if M < 2:
+                raise ValueError(f"M: need M >= 2, got {M}")
+            if init not in ("random", "zero"):
+                raise ValueError(f"init: expected 'random' or 'zero', got {init!r}")
+            self.M, self.residual = M, residual
+            b = 1.0 / math.sqrt(M)
+            if init == "random":
+                Y, Z = ((2 * torch.rand(M, M, generator=generator, dtype=torch.float64) - 1) * b for _ in range(2))
+            else:
+                Y, Z = torch.zeros(M, M, dtype=torch.float64), torch.zeros(M, M, dtype=torch.float64)
+            self.Y, self.Z = nn.Parameter(Y), nn.Parameter(Z)
+
+        def forward(self, context, query):
+            """Decoder logits (B, M) for contexts (B, T-1) and queries (B,)."""
+            scores = torch.gather(self.Z[query], 1, context)           # z_{m, x_t}
+            b = torch.softmax(scores, dim=-1)
+            xb = torch.zeros(context.shape[0], self.M, dtype=b.dtype).scatter_add(1, context, b)   # X^T b
+            if self.residual:
+                xb = xb + nn.functional.one_hot(query, self.M).to(xb.dtype)
+            return (xb / xb.norm(dim=1, keepdim=True)) @ self.Y          # Y^T LN(.)
+
+    def train_reparam(classes: SequenceClasses, *, eta_Y: float, eta_Z: float, steps: int = 100, batch: int = 128,
+                      T: int = 128, optimizer: str = "sgd", momentum: float = 0.9, init: str = "random",
+                      residual: bool = False, generator=None, record_every: int | None = None):
+        """Train :class:`ReparamTransformer` on ``classes`` (the authors' protocol). Returns a dict: ``c`` (the
+        long-sequence attention c_n = softmax(ln P + z_{psi(n)}) of the learned Z, (R, K, M) at the recorded
+        steps), ``steps``, ``loss`` (per step), ``Y``, ``Z`` (final, numpy)."""
+        if optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
+        model = ReparamTransformer(classes.M, init=init, residual=residual, generator=generator)
+        if optimizer == "sgd":
+            opt_y = torch.optim.SGD([model.Y], lr=eta_Y, momentum=momentum)
+            opt_z = torch.optim.SGD([model.Z], lr=eta_Z, momentum=momentum)
+        else:
+            opt_y = torch.optim.Adam([model.Y], lr=eta_Y)
+            opt_z = torch.optim.Adam([model.Z], lr=eta_Z)
+        every = record_every or steps
+
+        def attn():
+            return classes.attention(model.Z.detach().numpy())
+
+        cs, rec, losses = [attn()], [0], []
+        for s in range(steps):
+            context, query, label, _ = classes.sample(batch, T, generator)
+            loss = nn.functional.cross_entropy(model(context, query), label)
+            opt_y.zero_grad()
+            opt_z.zero_grad()
+            loss.backward()
+            opt_y.step()
+            opt_z.step()
+            losses.append(loss.item())
+            if (s + 1) % every == 0:
+                cs.append(attn())
+                rec.append(s + 1)
+        return {"c": np.array(cs), "steps": np.array(rec), "loss": np.array(losses),
+                "Y": model.Y.detach().numpy().copy(), "Z": model.Z.detach().numpy().copy()}
+
+else:  # without torch the names still import (so the checks register); using them says what is missing
+
+    _NEEDS_TORCH = "needs torch: pip install 'attention-dynamics-theory[torch]'"
+
+    class ReparamTransformer:  # noqa: D101 (the torch class above documents it)
+        def __init__(self, *args, **kwargs):
+            raise ImportError(f"ReparamTransformer {_NEEDS_TORCH}")
+
+    def train_reparam(*args, **kwargs):  # noqa: D103
+        raise ImportError(f"train_reparam {_NEEDS_TORCH}")
