@@ -192,11 +192,11 @@ def _theorem4_gdpp_run(ctx):
 # =====================================================================================
 # Theorem 4 at three layers: Sec. 5.1's observations and Fig. 3c
 # =====================================================================================
-#: Quick: the two context lengths side by side, 500 steps of batch 300 from N(0, 1e-3^2) on every
-#: entry, Adam (0.9, 0.999), lr 0.05 halved every 125, per-matrix clipping 0.01. Full: the
+#: Quick: the two context lengths side by side, 400 steps of batch 300 from N(0, 1e-3^2) on every
+#: entry, Adam (0.9, 0.999), lr 0.05 halved every 100, per-matrix clipping 0.01. Full: the
 #: settings of torch_theorem4's full run (the authors' lr 0.1, betas (0.99, 0.9), the paper's
 #: clipping 0.01 and batch 20000 resampled every 100 steps; 20000 steps, lr halved every 2500).
-THREE_QUICK = dict(steps=500, batch=300, lr=0.05, halve_every=125, betas=(0.9, 0.999), clip=0.01)
+THREE_QUICK = dict(steps=400, batch=300, lr=0.05, halve_every=100, betas=(0.9, 0.999), clip=0.01)
 THREE_FULL = dict(steps=20000, batch=20000, lr=0.1, halve_every=2500, betas=(0.99, 0.9), clip=0.01,
                   resample_every=100, compile=True, threads=None)
 
@@ -244,7 +244,7 @@ def torch_three_layers(ctx):
     transformer.
 
     **n:** §5.1 states ``n = 10``; the authors' notebook for Figs. 3-5 uses ``N = 20``. Both are
-    trained. Quick (500 steps): the structure appears long before the loss converges.
+    trained. Quick (400 steps): the structure appears long before the loss converges.
 
     Controls: ``B_2`` never reaches the output (footnote 4), so ``a_2 b_2`` keeps its initial size
     and fails the sign test; the exact GD++ loss (``gdpp.loss``) at the trained ``(a, b)`` with the
