@@ -15,7 +15,8 @@ context examples, ``d = 5``. Every curve of the figures has a registered closed 
 
 :func:`heldout_losses` runs the trained transformer and the two constant-step algorithms (the sparse
 transformer of eq. 8 with ``A_l = a Sigma^{-1}`` and ``A_l = eta I``, Lemma 1) on the same held-out
-prompts; :func:`mc_algorithm_loss` runs minimum-norm least squares.
+prompts; :func:`conditional_losses` does the same with the query and the task integrated out
+exactly (one forward pass per context); :func:`mc_algorithm_loss` runs minimum-norm least squares.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from verify.stats import MeanEstimate, batch_mean
 from verify.stats import evaluate as _cf
 
 __all__ = ["PGD_OPT", "GD_LOSS", "GD_STEP", "GD_OPT", "OLS", "CODE_GRID_GD", "CODE_GRID_PGD", "baseline_losses",
-           "heldout_losses", "mc_algorithm_loss"]
+           "heldout_losses", "response_matrix", "conditional_losses", "mc_algorithm_loss"]
 
 PGD_OPT = "preconditioned_gd.multi_layer.optimal_loss"
 GD_LOSS = "preconditioned_gd.multi_layer.gd_loss"
@@ -78,6 +79,65 @@ def heldout_losses(rng, Sigma, n: int, total: int, models: dict, chunk: int = 20
     for pr in iter_prompts(rng, Sigma, n, total, task="inverse", chunk=chunk):
         Z0 = pr.tokens()
         e = {k: (predict(Z0, *models[k]) - pr.target) ** 2 for k in names}
+        acc.add(np.stack([e[k] for k in names] + [e[x] - e[y] for x, y in pairs], axis=1))
+    est = acc.result()
+    cols = names + pairs
+    return {k: MeanEstimate(est.mean[i], est.se[i], est.n) for i, k in enumerate(cols)}
+
+
+def response_matrix(X, A, B) -> np.ndarray:
+    """``R`` with ``TF_L = x_q^T R w*`` for the GD++ transformer of eq. 11 (``Q_l = [[A_l, 0], [0, 0]]``,
+    ``P_l = [[B_l, 0], [0, 1]]``; the sparse layers of eq. 8 are ``A_l -> -A_l``, ``B_l = 0``) on the
+    contexts ``X`` (shape ``(batch, d, n)``), noiseless labels ``y_i = <x_i, w*>``.
+
+    The prediction is linear in the task (the label row never enters the attention scores, ``Q``'s
+    label block being 0) and in the query (the query column is never a key: ``M = diag(I_n, 0)``).
+    So one pass with ``d`` label rows (``w* = e_j``: the label rows are ``X`` itself) and ``d`` query
+    columns (``x_q = e_i``) gives every entry: ``R_ij = -[Z_L]_{d + j, n + i}`` (eq. 4's sign).
+    Shape ``(batch, d, d)``."""
+    X = np.asarray(X, dtype=float)
+    size, d, n = X.shape
+    eye = np.broadcast_to(np.eye(d), (size, d, d))
+    Xa = np.concatenate([X, eye], axis=2)                          # covariate rows, context + d queries
+    Ya = np.concatenate([X, np.zeros((size, d, d))], axis=2)       # label rows for w* = e_1..e_d
+    for Al, Bl in zip(np.asarray(A, dtype=float), np.asarray(B, dtype=float)):
+        XcT = Xa[:, :, :n].transpose(0, 2, 1)
+        AX = Al @ Xa
+        Xa, Ya = Xa + Bl @ ((Xa[:, :, :n] @ XcT) @ AX) / n, Ya + ((Ya[:, :, :n] @ XcT) @ AX) / n
+    return -Ya[:, :, n:].transpose(0, 2, 1)
+
+
+def conditional_losses(rng, Sigma, n: int, total: int, models: dict, *, tilt: bool = False,
+                       chunk: int = 20_000) -> dict:
+    """Like :func:`heldout_losses`, with ``(x_q, w*)`` integrated out: per context the exact
+    ``E[(TF_L - y_q)^2 | X] = tr(Sigma (R - I) Sigma^{-1} (R - I)^T)`` (``R``:
+    :func:`response_matrix`; ``x_q ~ N(0, Sigma)``, ``w* ~ N(0, Sigma^{-1})`` independent), so
+    the per-context values vary only with the context. ``models``: ``name -> (A, B)`` in the eq.-11
+    convention. ``tilt`` (``n >= d``): the contexts of
+    :func:`verify.models.linear_transformer_monte_carlo.tilted_prompts` (the largest eigenvalue of
+    the context covariance stretched) with their exact density-ratio weights, unbiased for the
+    untilted law; the heavy-tailed GD++ losses are carried by such contexts."""
+    from verify.models.linear_transformer_monte_carlo import tilted_prompts
+    from verify.stats import chunks
+
+    Sigma = validate.covariance("Sigma", Sigma)
+    d = Sigma.shape[0]
+    if tilt and n < d:
+        raise ValueError(f"n: the tilted contexts need n >= d = {d}, got {n}")
+    C, Si, eye = np.linalg.cholesky(Sigma), np.linalg.inv(Sigma), np.eye(d)
+    names = list(models)
+    pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
+    acc = batch_mean()
+    for size in chunks(total, chunk):
+        if tilt:
+            pr, weight, _ = tilted_prompts(rng, Sigma, n, size)
+            X = pr.X[:, :, :n]
+        else:
+            X, weight = np.einsum("ij,bjk->bik", C, rng.standard_normal((size, d, n))), np.ones(size)
+        e = {}
+        for k in names:
+            D = response_matrix(X, *models[k]) - eye
+            e[k] = weight * np.einsum("bjk,bjk->b", Sigma @ D, D @ Si)   # tr(Sigma D Si D^T)
         acc.add(np.stack([e[k] for k in names] + [e[x] - e[y] for x, y in pairs], axis=1))
     est = acc.result()
     cols = names + pairs
