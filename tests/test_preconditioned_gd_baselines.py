@@ -100,6 +100,31 @@ def test_least_squares_runs_match_the_closed_form():
         mc_algorithm_loss(rng, Sigma, 3, 10, "newton")
 
 
+def test_response_matrix_gives_the_transformers_predictions():
+    """TF_L = x_q^T R w* for random general (eq. 11) and sparse (eq. 8) layers, to round-off."""
+    from verify.models.linear_transformer import general_layers, predict, sparse_layers
+    from verify.models.preconditioned_gd_baselines import response_matrix
+    from verify.tasks.preconditioned_gd import sample_prompts
+
+    rng = np.random.default_rng(1)
+    Sigma = np.diag([1.0, 0.5, 2.0, 0.25])
+    pr = sample_prompts(rng, Sigma, 6, 40, task="inverse")
+    A, B = 0.3 * rng.standard_normal((3, 4, 4)), 0.3 * rng.standard_normal((3, 4, 4))
+    R = response_matrix(pr.context, A, B)
+    want = predict(pr.tokens(), *general_layers(A, B))
+    assert np.allclose(np.einsum("bi,bij,bj->b", pr.query, R, pr.w), want, rtol=1e-11, atol=1e-11)
+    R = response_matrix(pr.context, -A[:2], np.zeros((2, 4, 4)))
+    want = predict(pr.tokens(), *sparse_layers(A[:2]))
+    assert np.allclose(np.einsum("bi,bij,bj->b", pr.query, R, pr.w), want, rtol=1e-11, atol=1e-11)
+
+
+def test_conditional_losses_refuse_tilting_below_d():
+    from verify.models.preconditioned_gd_baselines import conditional_losses
+
+    with pytest.raises(ValueError, match="^n"):
+        conditional_losses(np.random.default_rng(0), np.eye(3), 2, 10, {"z": (np.zeros((1, 3, 3)),) * 2}, tilt=True)
+
+
 # -- the side-by-side sweep ------------------------------------------------------------------------
 def test_stacked_prediction_is_the_transformer():
     """Values and gradients of gdpp_predict_stacked equal LinearTransformer("gdpp").predict per model."""
