@@ -252,8 +252,9 @@ def torch_three_layers(ctx):
     against -0.05; trained a = (-0.21..-0.32, -0.66..-0.82, -2.1..-2.9) at n = 10 (the optimum's
     (-0.54, -1.57, -11.8): the run is short, the ordering already there); gdpp.loss at the trained
     (a, b) 0.32-0.45 (n = 10) and 0.10-0.18 (n = 20); controls at least 21.1 (B_2 sign test, expected
-    >= 37.9) and 4.8e8 (reversed order, expected 1.7e29 at the optimum) against 1. Median 6.2 s per
-    seed on the shared machine (load average about 5).
+    >= 37.9) and 4.8e8 (reversed order, expected 7.9e27 and 3.5e29 at the optima) against 1. Seed 0:
+    6.0 s wall, 3.8 s CPU (the registered optimum's search included) on the shared 2-core machine
+    under a load average of 8. Full profile (20000 steps of batch 20000) not run here.
 
     Controls: ``B_2`` never reaches the output (footnote 4), so ``a_2 b_2`` keeps its initial size
     and fails the sign test; the exact GD++ loss (``gdpp.loss``) at the trained ``(a, b)`` with the
