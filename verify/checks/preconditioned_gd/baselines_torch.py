@@ -233,7 +233,8 @@ def torch_fig7(ctx):
         _model_parts(parts, f"L={L}", est, f" L={L}", base[L], tol, z_crit, far=L > 1)
     for L0, L1 in zip(Ls, Ls[1:]):
         z_dec = _z(est[(TRAINED + f" L={L0}", TRAINED + f" L={L1}")], 0.0)
-        parts[f"L={L0}->{L1}: z_crit / z(trained loss decrease), paired"] = z_crit / z_dec if z_dec > 0 else float("inf")
+        parts[f"L={L0}->{L1}: z_crit / z(trained loss decrease), paired"] = (
+            z_crit / z_dec if z_dec > 0 else float("inf"))
     keys = ("PGD, optimal steps (Theorem 3)", "PGD, one step", "plain GD, best step")
     ordered = all(base[L][keys[0]] <= base[L][keys[1]] < base[L][keys[2]] for L in curve_L if L > 1)
     parts["closed forms: Theorem 3 optimum <= PGD one step < plain GD (L >= 2)"] = 0.0 if ordered else float("inf")
@@ -256,7 +257,8 @@ def torch_fig7(ctx):
         predicted={f"L={L}": {k: base[L][k] for k in keys} for L in Ls},
         discrepancy=max(parts.values()), tolerance=1.0,
         criterion=(f"max of normalised parts <= 1 over L = {Ls} (n = {n}, d = {D}, eigenvalues "
-                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out contexts shared by all, (x_q, w*) integrated out, z_crit = {z_crit:.2f}): "
+                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out contexts shared by all, (x_q, w*) integrated out, "
+                   f"z_crit = {z_crit:.2f}): "
                    f"trained + z s.e. <= Theorem 3's optimum (1 + {tol}); {PLAIN_FACTOR} x (trained + z s.e.) below "
                    "plain GD's gd_optimal_loss (L = 1: significantly below, paired); the simulated one-step PGD and "
                    "plain GD within z_crit s.e. of gd_optimal_loss at I and at Sigma; the trained loss falling with L "
@@ -395,7 +397,8 @@ def torch_fig6(ctx):
         predicted={f"n={n}": {k: base[n][k] for k in keys} for n in ns},
         discrepancy=max(parts.values()), tolerance=1.0,
         criterion=(f"max of normalised parts <= 1 over n = {ns} (L = {L}, d = {D}, eigenvalues "
-                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out contexts per n, (x_q, w*) integrated out, z_crit = {z_crit:.2f}): trained + z "
+                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out contexts per n, (x_q, w*) integrated out, "
+                   f"z_crit = {z_crit:.2f}): trained + z "
                    f"s.e. <= Theorem 3's optimum (1 + {tol}) and not significantly below d - min(n, d); below plain GD "
                    f"({PLAIN_FACTOR} x against gd_optimal_loss for n >= 2d, paired z-test below); the simulated "
                    "one-step PGD and plain GD within z_crit s.e. of gd_optimal_loss at I and at Sigma; the closed-form "
