@@ -74,16 +74,16 @@ def test_baseline_curves_are_the_records():
 
 
 # -- verify: the algorithms on sampled prompts ---------------------------------------------------------
-def test_heldout_pairs_are_the_differences_and_the_runs_match_the_closed_forms():
-    from verify.models.linear_transformer import sparse_layers
-    from verify.models.preconditioned_gd_baselines import heldout_losses
+def test_conditional_pairs_are_the_differences_and_the_runs_match_the_closed_forms():
+    from verify.models.preconditioned_gd_baselines import conditional_losses
     from verify.tasks.preconditioned_gd import distorted_covariance
 
     rng = np.random.default_rng(0)
     Sigma = distorted_covariance(rng, [1.0, 1.0, 0.25, 0.0625, 1.0])
     a, eta = _cf(GD_STEP, Sigma=EYE, n=20, L=2), _cf(GD_STEP, Sigma=Sigma, n=20, L=2)
-    est = heldout_losses(rng, Sigma, 20, 30_000, {"pgd": sparse_layers([a * np.linalg.inv(Sigma)] * 2),
-                                                  "gd": sparse_layers([eta * np.eye(5)] * 2)})
+    zero = np.zeros((2, 5, 5))
+    est = conditional_losses(rng, Sigma, 20, 20_000, {"pgd": (np.stack([-a * np.linalg.inv(Sigma)] * 2), zero),
+                                                      "gd": (np.stack([-eta * np.eye(5)] * 2), zero)})
     assert est[("pgd", "gd")].mean == pytest.approx(est["pgd"].mean - est["gd"].mean, rel=1e-12)
     assert abs(est["pgd"].mean - _cf(GD_OPT, Sigma=EYE, n=20, L=2)) < 5 * est["pgd"].se
     assert abs(est["gd"].mean - _cf(GD_OPT, Sigma=Sigma, n=20, L=2)) < 5 * est["gd"].se
@@ -118,12 +118,12 @@ def test_response_matrix_gives_the_transformers_predictions():
     assert np.allclose(np.einsum("bi,bij,bj->b", pr.query, R, pr.w), want, rtol=1e-11, atol=1e-11)
 
 
-def test_conditional_losses_refuse_tilting_below_d():
+
+def test_conditional_losses_bad_input_names_the_parameter():
     from verify.models.preconditioned_gd_baselines import conditional_losses
 
-    with pytest.raises(ValueError, match="^n"):
-        conditional_losses(np.random.default_rng(0), np.eye(3), 2, 10, {"z": (np.zeros((1, 3, 3)),) * 2}, tilt=True)
-
+    with pytest.raises(ValueError, match="^Sigma"):
+        conditional_losses(np.random.default_rng(0), -np.eye(3), 2, 10, {"z": (np.zeros((1, 3, 3)),) * 2})
 
 # -- the side-by-side sweep ------------------------------------------------------------------------
 def test_stacked_prediction_is_the_transformer():

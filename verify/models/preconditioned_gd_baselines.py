@@ -13,10 +13,10 @@ context examples, ``d = 5``. Every curve of the figures has a registered closed 
   step are ``preconditioned_gd.multi_layer.gd_optimal_loss`` / ``gd_optimal_step`` at ``Sigma = I``;
 - plain GD with its best constant step: ``gd_optimal_loss`` / ``gd_optimal_step`` at Sigma.
 
-:func:`heldout_losses` runs the trained transformer and the two constant-step algorithms (the sparse
-transformer of eq. 8 with ``A_l = a Sigma^{-1}`` and ``A_l = eta I``, Lemma 1) on the same held-out
-prompts; :func:`conditional_losses` does the same with the query and the task integrated out
-exactly (one forward pass per context); :func:`mc_algorithm_loss` runs minimum-norm least squares.
+:func:`conditional_losses` runs the trained transformer and the two constant-step algorithms (the
+sparse transformer of eq. 8 with ``A_l = a Sigma^{-1}`` and ``A_l = eta I``, Lemma 1) on the same
+held-out contexts, with the query and the task integrated out exactly (one forward pass per
+context, :func:`response_matrix`); :func:`mc_algorithm_loss` runs minimum-norm least squares.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from verify.stats import MeanEstimate, batch_mean
 from verify.stats import evaluate as _cf
 
 __all__ = ["PGD_OPT", "GD_LOSS", "GD_STEP", "GD_OPT", "OLS", "CODE_GRID_GD", "CODE_GRID_PGD", "baseline_losses",
-           "heldout_losses", "response_matrix", "conditional_losses", "mc_algorithm_loss"]
+           "response_matrix", "conditional_losses", "mc_algorithm_loss"]
 
 PGD_OPT = "preconditioned_gd.multi_layer.optimal_loss"
 GD_LOSS = "preconditioned_gd.multi_layer.gd_loss"
@@ -65,26 +65,6 @@ def baseline_losses(eigenvalues, n: int, L: int, grid=CODE_GRID_PGD) -> dict:
     return out
 
 
-def heldout_losses(rng, Sigma, n: int, total: int, models: dict, chunk: int = 20_000) -> dict:
-    """Per-prompt squared query errors of several models (``name -> (P, Q)`` of
-    :func:`verify.models.linear_transformer.sparse_layers` / ``general_layers``) on the same held-out
-    prompts (inverse task, numpy float64 forward): ``{name: MeanEstimate}`` and, for every pair,
-    ``{(a, b): MeanEstimate of e_a - e_b}`` (paired differences)."""
-    from verify.models.linear_transformer import predict
-    from verify.tasks.preconditioned_gd import iter_prompts
-
-    names = list(models)
-    pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
-    acc = batch_mean()
-    for pr in iter_prompts(rng, Sigma, n, total, task="inverse", chunk=chunk):
-        Z0 = pr.tokens()
-        e = {k: (predict(Z0, *models[k]) - pr.target) ** 2 for k in names}
-        acc.add(np.stack([e[k] for k in names] + [e[x] - e[y] for x, y in pairs], axis=1))
-    est = acc.result()
-    cols = names + pairs
-    return {k: MeanEstimate(est.mean[i], est.se[i], est.n) for i, k in enumerate(cols)}
-
-
 def response_matrix(X, A, B) -> np.ndarray:
     """``R`` with ``TF_L = x_q^T R w*`` for the GD++ transformer of eq. 11 (``Q_l = [[A_l, 0], [0, 0]]``,
     ``P_l = [[B_l, 0], [0, 1]]``; the sparse layers of eq. 8 are ``A_l -> -A_l``, ``B_l = 0``) on the
@@ -107,37 +87,29 @@ def response_matrix(X, A, B) -> np.ndarray:
     return -Ya[:, :, n:].transpose(0, 2, 1)
 
 
-def conditional_losses(rng, Sigma, n: int, total: int, models: dict, *, tilt: bool = False,
-                       chunk: int = 20_000) -> dict:
-    """Like :func:`heldout_losses`, with ``(x_q, w*)`` integrated out: per context the exact
+def conditional_losses(rng, Sigma, n: int, total: int, models: dict, *, chunk: int = 20_000) -> dict:
+    """Losses of several models (``name -> (A, B)``, eq.-11 convention) on the same held-out contexts
+    (``{name: MeanEstimate}``, and for every pair ``{(a, b): MeanEstimate of e_a - e_b}``, paired), with
+    ``(x_q, w*)`` integrated out: per context the exact
     ``E[(TF_L - y_q)^2 | X] = tr(Sigma (R - I) Sigma^{-1} (R - I)^T)`` (``R``:
     :func:`response_matrix`; ``x_q ~ N(0, Sigma)``, ``w* ~ N(0, Sigma^{-1})`` independent), so
-    the per-context values vary only with the context. ``models``: ``name -> (A, B)`` in the eq.-11
-    convention. ``tilt`` (``n >= d``): the contexts of
-    :func:`verify.models.linear_transformer_monte_carlo.tilted_prompts` (the largest eigenvalue of
-    the context covariance stretched) with their exact density-ratio weights, unbiased for the
-    untilted law; the heavy-tailed GD++ losses are carried by such contexts."""
-    from verify.models.linear_transformer_monte_carlo import tilted_prompts
+    the per-context values vary only with the context. At ``n = 20``, two PGD layers (``a = 0.6``),
+    2e4 contexts: ``0.6176 +- 0.0011`` against the closed form 0.6183; per-prompt errors of as many
+    prompts have a s.e. of about 0.009."""
     from verify.stats import chunks
 
     Sigma = validate.covariance("Sigma", Sigma)
     d = Sigma.shape[0]
-    if tilt and n < d:
-        raise ValueError(f"n: the tilted contexts need n >= d = {d}, got {n}")
     C, Si, eye = np.linalg.cholesky(Sigma), np.linalg.inv(Sigma), np.eye(d)
     names = list(models)
     pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
     acc = batch_mean()
     for size in chunks(total, chunk):
-        if tilt:
-            pr, weight, _ = tilted_prompts(rng, Sigma, n, size)
-            X = pr.X[:, :, :n]
-        else:
-            X, weight = np.einsum("ij,bjk->bik", C, rng.standard_normal((size, d, n))), np.ones(size)
+        X = np.einsum("ij,bjk->bik", C, rng.standard_normal((size, d, n)))
         e = {}
         for k in names:
             D = response_matrix(X, *models[k]) - eye
-            e[k] = weight * np.einsum("bjk,bjk->b", Sigma @ D, D @ Si)   # tr(Sigma D Si D^T)
+            e[k] = np.einsum("bjk,bjk->b", Sigma @ D, D @ Si)   # tr(Sigma D Si D^T)
         acc.add(np.stack([e[k] for k in names] + [e[x] - e[y] for x, y in pairs], axis=1))
     est = acc.result()
     cols = names + pairs
