@@ -42,25 +42,28 @@ def _jaccard(a: frozenset, b: frozenset) -> float:
 
 
 @functools.lru_cache(maxsize=8)
-def _runs(seed: int, rates: tuple, seeds: int, k: int, optimizer: str) -> dict:
-    """Final c_n, top-k distinct sets and loss per (rate, seed) for one optimiser."""
+def _runs(seed: int, rates: tuple, seeds: int, k: int) -> dict:
+    """Per optimiser ("adam", "sgd"): final c_n, top-k distinct sets and loss per (rate, seed)."""
     import torch
 
     classes = syn_medium(2, 1)
     base = int(np.random.SeedSequence([seed, _STREAM]).generate_state(1)[0])
-    c = np.zeros((len(rates), seeds, classes.K, classes.M))
-    loss = np.zeros((len(rates), seeds))
-    top = [[None] * seeds for _ in rates]
+    out = {}
+    for opt in ("adam", "sgd"):
+        out[opt] = {"classes": classes, "c": np.zeros((len(rates), seeds, classes.K, classes.M)),
+                    "loss": np.zeros((len(rates), seeds)), "top": [[None] * seeds for _ in rates]}
     with _threads():
         for s in range(seeds):
-            batches = draw_batches(classes, base + s, init="zero")
-            for i, lr in enumerate(rates):
-                run = train_reparam(classes, eta_Y=lr, eta_Z=lr, optimizer=optimizer, init="zero",
-                                    generator=torch.Generator().manual_seed(base + s), batches=batches)
-                c[i, s] = run["c"][-1]
-                loss[i, s] = run["loss"][-5:].mean()
-                top[i][s] = top_distinct(c[i, s], classes, k)
-    return {"classes": classes, "c": c, "loss": loss, "top": top}
+            batches = draw_batches(classes, base + s, init="zero")   # the same sequences in every run of a seed
+            for opt in ("adam", "sgd"):
+                o = out[opt]
+                for i, lr in enumerate(rates):
+                    run = train_reparam(classes, eta_Y=lr, eta_Z=lr, optimizer=opt, init="zero",
+                                        generator=torch.Generator().manual_seed(base + s), batches=batches)
+                    o["c"][i, s] = run["c"][-1]
+                    o["loss"][i, s] = run["loss"][-5:].mean()
+                    o["top"][i][s] = top_distinct(o["c"][i, s], classes, k)
+    return out
 
 
 def _overlaps(top, rates, seeds, K):
@@ -91,14 +94,18 @@ def fig5_adam(ctx):
     noise, picks the subset). Control: the same runs with momentum-0.9 SGD (Fig. 4's optimiser), where Theorem 3's
     ordering by P(l|n) makes every rate attend to the most frequent distinct tokens, so rho ~ 1.
 
-    Measured (quick, 3 seeds per rate): pass 20/20 at seeds 0-19, ... About ... s. Full (10 seeds): ...
+    Measured (quick, 3 seeds per rate): pass 20/20 at seeds 0-19, rho 0.06-0.11 (worst statistic 0.23): the overlap
+    across seeds at one rate is >= 0.75, across rates <= 0.10. Adam's top tokens sit at positions ~4 (eta = 0.1),
+    ~6 (0.5) and 9 (1; the three most frequent) of the 10 in the distinct block (1 = rarest); momentum SGD picks
+    the three most frequent at every rate (position 9, rho = 1, control statistic 2.0 in every run). About 3.4 s
+    of CPU (18 runs). Full (seed 0, 10 seeds per rate): ...
     """
     rates = tuple(float(r) for r in ctx.setting("rates"))
     if len(rates) < 2 or list(rates) != sorted(set(rates)):
         raise ValueError(f"rates: expected at least two ascending learning rates, got {list(rates)}")
     seeds, k = int(ctx.setting("seeds")), int(ctx.setting("k"))
-    adam = _runs(int(ctx.seed), rates, seeds, k, "adam")
-    sgd = _runs(int(ctx.seed), rates, seeds, k, "sgd")
+    runs = _runs(int(ctx.seed), rates, seeds, k)
+    adam, sgd = runs["adam"], runs["sgd"]
     classes = adam["classes"]
     K = classes.K
     w_a, b_a = _overlaps(adam["top"], rates, seeds, K)
@@ -129,8 +136,8 @@ def fig5_adam(ctx):
                   f"one seed / mean across {seeds} seeds at one rate; statistic rho/{OVERLAP_RATIO_MAX} <= 1",
         # expected: momentum SGD attends to the most frequent distinct tokens at every rate (Theorem 3), so the
         # overlap across rates equals that across seeds, rho = 1
-        controls=[Control("momentum SGD at the same rates (Fig. 4's optimiser): rho / 0.5", float(rho_s / OVERLAP_RATIO_MAX),
-                          1.0, expected=1.0 / OVERLAP_RATIO_MAX)],
+        controls=[Control("momentum SGD at the same rates (Fig. 4's optimiser): rho / 0.5",
+                          float(rho_s / OVERLAP_RATIO_MAX), 1.0, expected=1.0 / OVERLAP_RATIO_MAX)],
         details={"setting": "Syn-Small #last/next = 2/1 (M = 34, K = 2), Y(0) = Z(0) = 0, batch 128, T = 128, 100 "
                             "iterations; Adam default betas; common sequences per seed",
                  "Adam: mean position of the top tokens in the distinct block (1 rarest .. 10 most frequent)":
