@@ -284,11 +284,11 @@ def fig6_threshold(ctx):
     eta_Y <= 10).
 
     Criterion (failed claims must be 0): (i) the entropy falls along each ratio step up to r* (a real flip, not a
-    monotone rise); (ii) r* in [4/3, 3] (within a factor 1.5 of 2) for K >= 6, r* <= 1 for K = 2; (iii) r* at the
-    largest K above r* at the smallest, at every eta_Z (the flip moves up with K). Controls: the paper's reading "r*
-    ~ 2 (in [4/3, 3]) in every panel", which the K = 2 panel fails at every eta_Z; no threshold ("the entropy rises
-    from the smallest ratio on", Theorem 4's insight (c), a larger eta_Y gives denser attention, read without
-    Assumption 1(c)): fails wherever the flip is interior.
+    monotone rise); (ii) r* in [4/3, 3] (within a factor 1.5 of 2) for K >= 6, r* <= 1 for K = 2 (a panel with K =
+    4, not in the paper, is reported only); (iii) r* at the largest K above r* at the smallest, at every eta_Z (the
+    flip moves up with K). Controls: the paper's reading "r* ~ 2 (in [4/3, 3]) in every panel", which the K = 2
+    panel fails at every eta_Z; no threshold ("the entropy rises from the smallest ratio on", Theorem 4's insight
+    (c), a larger eta_Y gives denser attention, read without Assumption 1(c)): fails wherever the flip is interior.
 
     Measured (quick: ratios 1, 2, 3; eta_Z 0.5, 1; one initialisation): pass 20/20 at seeds 0-19; r* = 1 at K = 2
     and 2 at K = 6 in every run, 2 or 3 at K = 10 (2 in 29 of 40 (seed, eta_Z) cells), 3 at K = 20 in all 40;
@@ -319,7 +319,7 @@ def fig6_threshold(ctx):
             in_band = THRESHOLD_BAND[0] <= r <= THRESHOLD_BAND[1]
             if g["K"] >= 6 and not in_band:
                 failed.append(f"{name}, eta_Z {eZ:g}: r* = {r:g} outside {THRESHOLD_BAND}")
-            if g["K"] < 6 and not r <= 1.0:
+            if g["K"] == 2 and not r <= 1.0:
                 failed.append(f"{name}, eta_Z {eZ:g}: r* = {r:g} > 1")
             ctrl_paper += int(not in_band)
             n_interior += int(jf != js[0])
@@ -330,7 +330,7 @@ def fig6_threshold(ctx):
             n += 1
             if not flips[Ks[-1]][i] > flips[Ks[0]][i]:
                 failed.append(f"eta_Z {eZ:g}: r* at K = {grid[Ks[-1]]['K']} not above r* at K = {grid[Ks[0]]['K']}")
-    n_small = sum(1 for p in grid if grid[p]["K"] < 6) * len(eta_Zs)
+    n_small = sum(1 for p in grid if grid[p]["K"] == 2) * len(eta_Zs)
     return Outcome(
         measured={"flip r* [panel][eta_Z]": {f"{p}/{2 * p} (K = {grid[p]['K']})": flips[p] for p in Ks},
                   "failed claims": failed},
