@@ -26,7 +26,7 @@ CORE   ?= .venv-core
 DIST   ?= dist
 VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' theory/_version.py)
 
-.PHONY: install test test-all test-latest lock verify bench docs check-install clean
+.PHONY: install test test-all test-notebooks test-latest lock verify bench docs check-install clean
 
 # the example plug-in (a fifth paper as its own package, docs/adding-a-paper.md) is installed too,
 # so that its entry points are real for the tests and the documentation
@@ -69,6 +69,9 @@ verify: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench.py
+
+test-notebooks: $(STAMP)
+	$(PY) -m pytest -q -m "slow or not slow" tests/test_notebooks.py
 
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html

@@ -8,6 +8,10 @@ jupytext and run cell by cell in a Jupyter kernel (nbclient), with ``MPLBACKEND=
 kernel's environment as a shell or a test run may have it. The executed notebook then tells
 how many figures the notebook drew (counted in the kernel) and how many it showed as images
 (``image/png`` outputs, what the site renders as ``<img>``); they must be equal.
+
+Executing the notebooks takes minutes, so these two tests are marked ``slow``: ``make
+test-notebooks`` runs them (CI does, after building the documentation, which executes every
+notebook too).
 """
 
 import os
@@ -77,12 +81,14 @@ def test_there_are_notebooks():
     assert NOTEBOOKS, "docs/notebooks holds no *.py notebook"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path):
     nb, _, error = executed(path)
     assert error is None, f"{path.name} stopped with an error\n{error[-6000:]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_shows_every_figure(path):
     nb, created, error = executed(path)

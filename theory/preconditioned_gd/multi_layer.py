@@ -31,7 +31,7 @@ What is derived here (not retyped):
   ``A_l = a_l I``, the ``L = 2`` case of the above with ``a_0 + a_1 = -c_1``, ``a_0 a_1 = c_2``.
 
 How the records evaluate (any ``L <= MAX_DEPTH = 12``)
------------------------------------------------------
+------------------------------------------------------
 At the integers ``n, d`` the moments are exact fractions (the loop equations), and so are the
 recurrence coefficients of ``mu`` (:mod:`theory.preconditioned_gd.spectral_measure`). Then
 

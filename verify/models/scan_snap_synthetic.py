@@ -22,7 +22,11 @@ Contents
 syn_medium          the data set of one Fig. 6 panel (a SequenceClasses)
 ReparamTransformer  torch module holding Y and Z
 train_reparam       the training loop; returns the attention c_n of the learned Z along the run
+draw_batches        the batches a seeded run draws, to share between runs (common random numbers)
 recall_curve        Figs. 11-12's statistic: the fraction of distinct tokens whose attention reaches a threshold
+query_attention     the attention map of each class's query over the vocabulary, softmax_l z_{psi(n), l}
+descent_rate        the descent of the recall-threshold line around 1/M (Figs. 11-12), as a least-squares slope
+top_distinct        the k distinct tokens of each class with the largest attention (Fig. 5)
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ try:
 except ImportError:  # pragma: no cover
     torch = nn = None
 
-__all__ = ["syn_medium", "ReparamTransformer", "train_reparam", "recall_curve"]
+__all__ = ["syn_medium", "ReparamTransformer", "train_reparam", "draw_batches", "recall_curve", "query_attention",
+           "descent_rate", "top_distinct"]
 
 
 def syn_medium(num_last: int, num_next_per_last: int = 2, num_common: int = 10,
@@ -71,6 +76,51 @@ def recall_curve(c: np.ndarray, classes: SequenceClasses, thresholds) -> np.ndar
     th = np.asarray(thresholds, dtype=float)
     hit = (c[..., None] >= th) & mask[..., None]
     return (hit.sum(-2) / mask.sum(-1)[:, None]).mean(-2)
+
+
+def query_attention(Z: np.ndarray, classes: SequenceClasses) -> np.ndarray:
+    """The attention map of each class's query token over the vocabulary, softmax_l z_{psi(n), l} (K, M): the
+    weights a sequence holding every token once would get (App. G's "softmax value for every query token"; a uniform
+    map is 1/M). ``Z`` (M, M) or (..., M, M)."""
+    Z = np.asarray(Z, dtype=float)
+    if Z.shape[-2:] != (classes.M, classes.M):
+        raise ValueError(f"Z: expected (..., {classes.M}, {classes.M}), got shape {Z.shape}")
+    rows = Z[..., classes.psi, :]
+    a = np.exp(rows - rows.max(-1, keepdims=True))
+    return a / a.sum(-1, keepdims=True)
+
+
+def descent_rate(a: np.ndarray, classes: SequenceClasses, lo: float = 0.5, hi: float = 2.0,
+                 points: int = 61) -> np.ndarray:
+    """How fast the recall-threshold line of Figs. 11-12 descends around 1/M: minus the least-squares slope of
+    recall_curve(a) against x = M tau over ``points`` thresholds tau = x/M, x uniform in [lo, hi] (a factor 2 either
+    side of the uniform 1/M by default). A sparse map (few distinct tokens far above 1/M, many below) descends
+    slowly; a dense one, every distinct token near 1/M, drops from 1 to 0 inside the window. ``a`` (..., K, M):
+    attention maps over the vocabulary (:func:`query_attention`); returns (...)."""
+    if not 0 < lo < hi:
+        raise ValueError(f"lo: need 0 < lo < hi, got lo = {lo}, hi = {hi}")
+    if points < 2:
+        raise ValueError(f"points: need at least 2 thresholds, got {points}")
+    x = np.linspace(lo, hi, points)
+    R = recall_curve(a, classes, x / classes.M)
+    xc = x - x.mean()
+    return -(R * xc).sum(-1) / (xc**2).sum()
+
+
+def top_distinct(c: np.ndarray, classes: SequenceClasses, k: int = 3) -> list[frozenset]:
+    """The ``k`` distinct tokens of each class with the largest attention c_{l|n} (Fig. 5's "subset of distinct
+    tokens" a run focuses on), as sets of token ids, one per class. ``c`` (K, M)."""
+    c = np.asarray(c, dtype=float)
+    if c.shape != (classes.K, classes.M):
+        raise ValueError(f"c: expected ({classes.K}, {classes.M}), got shape {c.shape}")
+    n_dt = int(classes.distinct.sum(1).min())
+    if not 1 <= k <= n_dt:
+        raise ValueError(f"k: need 1 <= k <= {n_dt} (distinct tokens per class), got {k}")
+    out = []
+    for n in range(classes.K):
+        ids = np.flatnonzero(classes.distinct[n])
+        out.append(frozenset(int(i) for i in ids[np.argsort(-c[n, ids], kind="stable")[:k]]))
+    return out
 
 
 if nn is not None:
@@ -114,10 +164,14 @@ if nn is not None:
 
     def train_reparam(classes: SequenceClasses, *, eta_Y: float, eta_Z: float, steps: int = 100, batch: int = 128,
                       T: int = 128, optimizer: str = "sgd", momentum: float = 0.9, init: str = "random",
-                      residual: bool = False, generator=None, record_every: int | None = None):
+                      residual: bool = False, generator=None, record_every: int | None = None, batches=None):
         """Train :class:`ReparamTransformer` on ``classes`` (the authors' protocol). Returns a dict: ``c`` (the
         long-sequence attention c_n = softmax(ln P + z_{psi(n)}) of the learned Z, (R, K, M) at the recorded
-        steps), ``steps``, ``loss`` (per step), ``Y``, ``Z`` (final, numpy)."""
+        steps), ``steps``, ``loss`` (per step), ``Y``, ``Z`` (final, numpy).
+
+        ``batches``: ``steps`` pre-drawn (context, query, label) batches to train on instead of drawing them from
+        ``generator`` after the initialisation (:func:`draw_batches` gives the very batches a run would draw, so
+        runs that share a seed can share the sampling)."""
         if optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
         model = ReparamTransformer(classes.M, init=init, residual=residual, generator=generator)
@@ -133,8 +187,13 @@ if nn is not None:
             return classes.attention(model.Z.detach().numpy())
 
         cs, rec, losses = [attn()], [0], []
+        if batches is not None and len(batches) != steps:
+            raise ValueError(f"batches: expected {steps} batches (one per step), got {len(batches)}")
         for s in range(steps):
-            context, query, label, _ = classes.sample(batch, T, generator)
+            if batches is None:
+                context, query, label, _ = classes.sample(batch, T, generator)
+            else:
+                context, query, label = batches[s][:3]
             loss = nn.functional.cross_entropy(model(context, query), label)
             opt_y.zero_grad()
             opt_z.zero_grad()
@@ -148,6 +207,14 @@ if nn is not None:
         return {"c": np.array(cs), "steps": np.array(rec), "loss": np.array(losses),
                 "Y": model.Y.detach().numpy().copy(), "Z": model.Z.detach().numpy().copy()}
 
+    def draw_batches(classes: SequenceClasses, seed: int, *, steps: int = 100, batch: int = 128, T: int = 128,
+                     init: str = "random"):
+        """The ``steps`` batches that :func:`train_reparam` draws with ``generator=torch.Generator().manual_seed(seed)``
+        and ``init`` (after the initialisation of Y and Z, which this replays), for runs that share them."""
+        g = torch.Generator().manual_seed(seed)
+        ReparamTransformer(classes.M, init=init, generator=g)
+        return [classes.sample(batch, T, g)[:3] for _ in range(steps)]
+
 else:  # without torch the names still import (so the checks register); using them says what is missing
 
     _NEEDS_TORCH = "needs torch: pip install 'attention-dynamics-theory[torch]'"
@@ -158,3 +225,6 @@ else:  # without torch the names still import (so the checks register); using th
 
     def train_reparam(*args, **kwargs):  # noqa: D103
         raise ImportError(f"train_reparam {_NEEDS_TORCH}")
+
+    def draw_batches(*args, **kwargs):  # noqa: D103
+        raise ImportError(f"draw_batches {_NEEDS_TORCH}")

@@ -1,0 +1,453 @@
+"""App. D, Figs. 6-7 of Ahn, Cheng, Daneshmand, Sra 2023: the trained linear transformer against
+plain GD, Sigma^{-1}-preconditioned GD and least squares, over the context length ``n`` (Fig. 6)
+and the depth ``L`` (Fig. 7).
+
+The transformer of both figures is the authors' ``Transformer_F``: the general layers of eq. 11
+(``P_l = [[B_l, 0], [0, 1]]``, ``Q_l = [[A_l, 0], [0, 0]]``, every entry of ``A_l, B_l`` trained),
+so it can run GD++ (Theorem 4) and beat every preconditioned GD. The models of one figure are
+trained side by side (:func:`verify.models.preconditioned_gd_sweep.train_gdpp_sweep`) and evaluated
+on held-out contexts (float64, numpy forward) together with the two constant-step algorithms, run
+as the sparse transformer of eq. 8 on the same contexts; the query and the task are integrated out
+exactly (:func:`verify.models.preconditioned_gd_baselines.conditional_losses`: the prediction is
+``x_q^T R w*``, one forward pass with ``d`` label rows and ``d`` query columns gives ``R``), which
+leaves only the context's randomness (the trained GD++ model's per-prompt errors are heavy-tailed:
+at ``n = 6``, 3e4 plain held-out prompts gave it s.e. up to 0.09 against 0.02 typically). Every
+baseline curve is a registered closed form
+(:func:`verify.models.preconditioned_gd_baselines.baseline_losses`):
+
+- least squares (OLS): ``preconditioned_gd.least_squares.loss``, ``d - min(n, d)`` (the Bayes risk);
+- Sigma^{-1}-preconditioned GD with optimal per-layer steps (Theorem 3):
+  ``preconditioned_gd.multi_layer.optimal_loss``;
+- Sigma^{-1}-preconditioned GD with one step ("one constant step found by grid search"):
+  ``preconditioned_gd.multi_layer.gd_optimal_loss`` at ``Sigma = I`` (whitening), step
+  ``gd_optimal_step`` at ``Sigma = I``;
+- plain GD with its best constant step: ``gd_optimal_loss`` / ``gd_optimal_step`` at Sigma.
+
+The authors' code evaluates the baselines on ``n - 1`` examples (``Z[0:N-1]``: an off-by-one) with
+steps from a grid; those curves are drawn dashed (``gd_loss`` at ``Sigma = I`` and ``n - 1`` on the
+grid; OLS at ``n - 1``), the assertions use ``n``.
+
+Contains
+--------
+``preconditioned_gd.baselines.torch_fig7``
+    Test loss against the depth L (n = 20, d = 5).
+``preconditioned_gd.baselines.torch_fig6``
+    Test loss against the context length n (d = 5).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from verify import Control, Outcome, check
+from verify.figures import lines, series
+from verify.models.preconditioned_gd_baselines import (
+    CODE_GRID_GD,
+    CODE_GRID_PGD,
+    GD_LOSS,
+    GD_OPT,
+    GD_STEP,
+    OLS,
+    PGD_OPT,
+    baseline_losses,
+    conditional_losses,
+)
+from verify.models.preconditioned_gd_training import sqrt_psd
+from verify.settings import Setting
+from verify.stats import evaluate as _cf
+from verify.stats import z_threshold
+from verify.tasks.preconditioned_gd import EXPERIMENT_EIGENVALUES, distorted_covariance
+
+D = len(EXPERIMENT_EIGENVALUES)
+COVERS = [OLS, PGD_OPT, GD_LOSS, GD_STEP, GD_OPT]   # Fig. 7 has no OLS curve: COVERS[1:]
+GDPP_OPT = "preconditioned_gd.gdpp.optimal_loss"
+
+#: Quick: short side-by-side runs from N(0, 1e-3^2) on every entry, Adam (0.9, 0.999), lr 0.1
+#: halved every 100 steps, per-matrix gradient clipping 0.01 (the paper's), a fresh batch each
+#: step. Full: the authors' depths/lengths with longer runs (a CPU-sized version of their
+#: 20000 (Fig. 7) / 8000 (Fig. 6) steps of batch 20000-40000).
+SWEEP_QUICK = dict(steps=400, batch=300, lr=0.1, halve_every=100, betas=(0.9, 0.999), clip=0.01)
+SWEEP_FULL = dict(steps=8000, batch=2000, lr=0.02, halve_every=2000, betas=(0.9, 0.999), clip=0.01,
+                  compile=True, threads=None)
+
+#: Tolerance on "at most the optimal preconditioned GD": the trained loss may exceed Theorem 3's
+#: optimum by this fraction (plus z_crit s.e.). Binding only at L = 1, where the transformer can do
+#: no better than that optimum (B_0 never reaches the output); at L >= 2 it runs GD++ and ends far
+#: below. Quick: a 400-step run (the eigenvalue-0.0625 direction learns slowly); full: converged.
+PGD_TOL = {"quick": 0.15, "full": 0.05}
+#: "Far below plain GD": the trained loss (plus z_crit s.e.) times this factor must stay below plain
+#: GD's closed form (best step) for L >= 2 (Fig. 7) and n >= 2d (Fig. 6). At L = 1 the attainable
+#: ratio is only 2.247/1.154 = 1.95 (n = 20); for n < 2d the methods crowd towards the Bayes risk
+#: (n = 6, L = 2: plain GD 2.73, Theorem 3's optimum 1.70): there the trained loss must be
+#: significantly below plain GD run on the same prompts (paired z-test).
+PLAIN_FACTOR = 1.5
+#: A batch loss above this stops a sweep (a non-finite one always does): a divergence guard, not a
+#: spike guard. One prompt with a large Wishart eigenvalue lifts a batch loss far above E y^2 = 5 at
+#: small n or depth 3-4 while the clipped steps stay sound (L = 1..4 at quick settings, seed 0: above
+#: 1e6 at step 49); a diverging run overflows within a few steps.
+STOP_ABOVE = 1e30
+
+TRAINED, PGD, GD = "trained", "PGD, one step (simulated)", "plain GD, best step (simulated)"
+
+
+def _train(ctx, Sigma, specs, settings):
+    import torch
+
+    from verify.models.preconditioned_gd_sweep import train_gdpp_sweep
+
+    return train_gdpp_sweep(specs, Sigma, generator=ctx.torch_generator(ctx.device),
+                            dtype=torch.float64 if ctx.profile == "quick" else torch.float32,
+                            stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings)
+
+
+def _stopped(run, what: str) -> Outcome:
+    return Outcome(measured={"stopped at step": run.stopped_at}, predicted={"a run to the end": True},
+                   discrepancy=float("inf"), tolerance=1.0,
+                   criterion=f"{what}: a batch loss passed {STOP_ABOVE:g} or was not finite",
+                   details={"settings": run.settings, "seconds": run.seconds})
+
+
+def _models(run, k: int, Sigma, base: dict, tag: str = "") -> tuple[dict, dict]:
+    """Model ``k`` of a sweep and the two constant-step algorithms at its ``(L, n)`` as ``(A, B)`` in the
+    eq.-11 convention (the sparse layers of eq. 8: ``A_l -> -A_l``, ``B_l = 0``; names suffixed by
+    ``tag``), and the trained model's Theorem-4 scalars."""
+    from verify.models.linear_transformer import dist_to_identity
+
+    L, n = run.specs[k]
+    A, B = run.weights(k)
+    M = np.einsum("ij,ljk,km->lim", sqrt_psd(Sigma, 0.5), A, sqrt_psd(Sigma, 0.5))
+    zero = np.zeros((L, D, D))
+    models = {TRAINED + tag: (A, B),
+              PGD + tag: (np.stack([-base["PGD step a*"] * np.linalg.inv(Sigma)] * L), zero),
+              GD + tag: (np.stack([-base["plain GD step eta*"] * np.eye(D)] * L), zero)}
+    info = {"a_l (eq. 11 sign)": np.trace(M, axis1=1, axis2=2) / D, "b_l": np.trace(B, axis1=1, axis2=2) / D,
+            "Dist(Sigma^1/2 A_l Sigma^1/2, I)": dist_to_identity(M),
+            "final batch loss": float(np.mean(run.batch_loss[-max(1, len(run.step) // 10):, k]))}
+    return models, info
+
+
+def _z(est, value: float) -> float:
+    return float(est.z(value))
+
+
+def _trained_loss(est: dict, tag: str, b: dict) -> tuple[float, float]:
+    """The trained model's loss with the one-step PGD run on the same prompts as a control variate
+    (the regression estimator): ``mean(e_trained) - beta (mean(e_PGD) - gd_optimal_loss(I))``,
+    ``beta = cov(e_trained, e_PGD) / var(e_PGD)`` from the three standard errors (of the two means
+    and of the paired difference). Its s.e. ``sqrt(se_t^2 - cov^2 / se_P^2)`` is at most the plain
+    mean's; the PGD's expectation is its closed form, checked alongside."""
+    t, p, diff = est[TRAINED + tag], est[PGD + tag], est[(TRAINED + tag, PGD + tag)]
+    st2, sp2, sd2 = float(t.se) ** 2, float(p.se) ** 2, float(diff.se) ** 2
+    cov = (st2 + sp2 - sd2) / 2
+    beta = cov / sp2 if sp2 > 0 else 0.0
+    return float(t.mean) - beta * (float(p.mean) - b["PGD, one step"]), float(np.sqrt(max(st2 - beta * cov, 0.0)))
+
+
+def _model_parts(parts: dict, label: str, est: dict, tag: str, b: dict, tol: float, z_crit: float, far: bool):
+    """The per-model parts (normalised, <= 1 passes): the trained loss (:func:`_trained_loss`) against
+    Theorem 3's optimum and plain GD, the simulated constant-step algorithms against their closed forms."""
+    f_opt, f_gd = b["PGD, optimal steps (Theorem 3)"], b["plain GD, best step"]
+    tr, se = _trained_loss(est, tag, b)
+    parts[f"{label}: (trained + z s.e. - Theorem 3 optimum) / (tol f*)"] = (tr + z_crit * se - f_opt) / (tol * f_opt)
+    if far:
+        parts[f"{label}: {PLAIN_FACTOR} x (trained + z s.e.) / plain GD"] = PLAIN_FACTOR * (tr + z_crit * se) / f_gd
+    else:
+        zd = -_z(est[(TRAINED + tag, GD + tag)], 0.0)     # paired: plain GD - trained on the same prompts
+        parts[f"{label}: z_crit / z(plain GD - trained), paired"] = z_crit / zd if zd > 0 else float("inf")
+    parts[f"{label}: |z| simulated PGD one step vs gd_optimal_loss(I) / z_crit"] = (
+        abs(_z(est[PGD + tag], b["PGD, one step"])) / z_crit)
+    parts[f"{label}: |z| simulated plain GD vs gd_optimal_loss(Sigma) / z_crit"] = (
+        abs(_z(est[GD + tag], f_gd)) / z_crit)
+
+
+def _row(est: dict, tag: str, b: dict) -> dict:
+    out = {k: [float(est[k + tag].mean), float(est[k + tag].se)] for k in (TRAINED, PGD, GD)}
+    out[TRAINED + " (PGD control variate)"] = list(_trained_loss(est, tag, b))
+    return out
+
+
+# =====================================================================================
+# Fig. 7: loss against depth
+# =====================================================================================
+#: Depths of the closed-form curves.
+CURVE_L = (1, 2, 3, 4)
+
+
+@check("preconditioned_gd.baselines.torch_fig7", covers=COVERS[1:], method="torch", needs=("torch",),
+       title="App. D, Fig. 7: the trained L-layer transformer reaches Theorem 3's optimal preconditioned GD "
+             "(L = 1) or beats it (GD++, L >= 2), far below plain GD; the baselines run against their closed forms",
+       settings=[Setting("L", "ints", quick=(1, 2), full=(1, 2, 3, 4), low=1, high=4, doc="depths L (one model each)"),
+                 Setting("steps", "int", quick=SWEEP_QUICK["steps"], full=SWEEP_FULL["steps"], low=1, high=10**6,
+                         doc="optimiser steps"),
+                 Setting("batch", "int", quick=SWEEP_QUICK["batch"], full=SWEEP_FULL["batch"], low=1, high=10**6,
+                         doc="prompts per model and step"),
+                 Setting("samples", "int", quick=10_000, full=200_000, low=1000, high=10**8,
+                         doc="held-out contexts (shared by every model and algorithm; query and task "
+                             "integrated out exactly)")])
+def torch_fig7(ctx):
+    """Fig. 7 (``n = 20``, ``d = 5``, the experiments' Sigma, a random rotation): the GD++ transformer
+    trained at each depth; it and the two constant-step algorithms (the sparse transformer with
+    ``A_l = a* Sigma^{-1}`` and ``A_l = eta* I``, the closed forms' best steps) run on the same held-out
+    prompts.
+
+    Asserted per ``L``: (i) the trained loss plus z_crit s.e. is at most Theorem 3's optimum times
+    ``1 +`` :data:`PGD_TOL`; (ii) it (plus z_crit s.e.) times :data:`PLAIN_FACTOR` is below plain GD's
+    ``gd_optimal_loss`` (``L >= 2``; at ``L = 1`` significantly below plain GD on the same prompts,
+    paired); (iii) the simulated one-step PGD and plain GD within z_crit s.e. of ``gd_optimal_loss`` at
+    ``Sigma = I`` and at Sigma; then (iv) the trained loss falls with ``L`` (paired z between
+    consecutive depths) and (v) the closed-form curves are ordered as drawn, Theorem 3's optimum <=
+    one-step PGD < plain GD, each falling with ``L = 1..4``. The trained loss is the one-step PGD's
+    closed form plus the paired difference on the same prompts (:func:`_trained_loss`).
+
+    Quick (``L = 1, 2``, 400 steps of batch 300, 1e4 contexts), seeds 0-19: 20/20 pass, worst part
+    0.78 (L = 2, the simulated plain GD's |z| 4.2 against z_crit 5.31). Trained: L = 1 1.157-1.230
+    (Theorem 3's optimum 1.1538: 0-7 % above), L = 2 0.150-0.211 (Theorem 3's optimum 0.3612, one-step
+    PGD 0.4990, plain GD 1.6407; the L = 2 GD++ optimum 0.0575); the simulated one-step PGD and plain
+    GD within 0.78 z_crit of their closed forms; the controls at least 5.52 (expected >= 4.86,
+    tolerance 1) and 257 (expected >= 256, threshold 5.31). Cost at seed 0: 6.8 s wall, 3.4 s CPU, on
+    the shared 2-core machine under a load average of 8. Full profile not run here: a probe of 100 of
+    its 8000 steps (batch 1000, L = 1..4, torch.compile) took 87 s under that load. **Depths 3-4 are
+    not covered by the quick evidence:** with the quick schedule and ``--set L=1,2,3,4`` (seeds 0-4)
+    every seed fails at L = 3 or 4: the trained models' per-context losses are carried by rare
+    contexts (L = 3: 0.08-0.35 with s.e. 0.02-0.16 on 1e4 contexts; L = 4: 0.008 to 4e4; the exact
+    gdpp.loss at the L = 3 models' projections on Theorem 4's set is 0.075-0.29 against Theorem 3's
+    0.1336), and the simulated plain GD's z-test at L = 4 reached |z| = 6.0 (seed 4), past the normal
+    approximation at that sample size. The full profile's L = 3, 4 parts are untested (the paper
+    trains 20000 steps; a converged three-layer model sits near the sample-average GD++ optimum, whose
+    exact loss is about 0.043, below 0.1336, but whose held-out estimate needs importance sampling
+    as in ``preconditioned_gd.gdpp.mc_optimum``).
+
+    Controls: the trained model read as plain GD (a Sigma-blind transformer: its loss within the
+    tolerance of plain GD's); the simulated plain GD read as Sigma-free (against the one-step PGD
+    closed form, which plain GD would equal if Sigma dropped out as it does for preconditioned GD).
+    """
+    Ls = tuple(ctx.setting("L"))
+    n = 20
+    settings = dict(ctx.pick(quick=SWEEP_QUICK, full=SWEEP_FULL), steps=ctx.setting("steps"),
+                    batch=ctx.setting("batch"))
+    samples, tol = ctx.setting("samples"), PGD_TOL[ctx.profile]
+    Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
+    run = _train(ctx, Sigma, [(L, n) for L in Ls], settings)
+    if run.stopped_at is not None:
+        return _stopped(run, f"Fig. 7 sweep L = {Ls}")
+    curve_L = sorted(set(Ls) | set(CURVE_L))
+    base = {L: baseline_losses(EXPERIMENT_EIGENVALUES, n, L, CODE_GRID_GD) for L in curve_L}  # variable_L's grid
+    models, info = {}, {}
+    for k, L in enumerate(Ls):
+        m, info[L] = _models(run, k, Sigma, base[L], f" L={L}")
+        models.update(m)
+    est = conditional_losses(ctx.rng, Sigma, n, samples, models)
+    z_crit = z_threshold(4 * len(Ls) + max(len(Ls) - 1, 0))
+    parts = {}
+    for L in Ls:
+        _model_parts(parts, f"L={L}", est, f" L={L}", base[L], tol, z_crit, far=L > 1)
+    for L0, L1 in zip(Ls, Ls[1:]):
+        z_dec = _z(est[(TRAINED + f" L={L0}", TRAINED + f" L={L1}")], 0.0)
+        parts[f"L={L0}->{L1}: z_crit / z(trained loss decrease), paired"] = (
+            z_crit / z_dec if z_dec > 0 else float("inf"))
+    keys = ("PGD, optimal steps (Theorem 3)", "PGD, one step", "plain GD, best step")
+    ordered = all(base[L][keys[0]] <= base[L][keys[1]] < base[L][keys[2]] for L in curve_L if L > 1)
+    parts["closed forms: Theorem 3 optimum <= PGD one step < plain GD (L >= 2)"] = 0.0 if ordered else float("inf")
+    for key in keys:
+        vals = [base[L][key] for L in curve_L]
+        parts[f"closed form {key}: falls with L"] = 0.0 if all(x > y for x, y in zip(vals, vals[1:])) else float("inf")
+    Lm = max(Ls)
+    (tr, tr_se), gd = _trained_loss(est, f" L={Lm}", base[Lm]), est[GD + f" L={Lm}"]
+    f_gd, f_one, f_opt = (base[Lm][key] for key in ("plain GD, best step", "PGD, one step",
+                                                    "PGD, optimal steps (Theorem 3)"))
+    controls = [
+        Control(f"the transformer as plain GD (Sigma-blind), L = {Lm}: |trained - plain GD| / (tol plain GD + z s.e.)",
+                abs(tr - f_gd) / (tol * f_gd + z_crit * tr_se), 1.0,
+                expected=abs(f_opt - f_gd) / (tol * f_gd + z_crit * tr_se)),
+        Control(f"plain GD Sigma-free (simulated plain GD vs gd_optimal_loss(I)), L = {Lm}: |z|",
+                abs(_z(gd, f_one)), z_crit, expected=abs(f_gd - f_one) / float(gd.se))]
+    per_L = {L: {"held-out [mean, s.e.]": _row(est, f" L={L}", base[L]), **info[L]} for L in Ls}
+    return Outcome(
+        measured={f"L={L}": per_L[L]["held-out [mean, s.e.]"] for L in Ls},
+        predicted={f"L={L}": {k: base[L][k] for k in keys} for L in Ls},
+        discrepancy=max(parts.values()), tolerance=1.0,
+        criterion=(f"max of normalised parts <= 1 over L = {Ls} (n = {n}, d = {D}, eigenvalues "
+                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out contexts shared by all, (x_q, w*) integrated out, "
+                   f"z_crit = {z_crit:.2f}): "
+                   f"trained + z s.e. <= Theorem 3's optimum (1 + {tol}); {PLAIN_FACTOR} x (trained + z s.e.) below "
+                   "plain GD's gd_optimal_loss (L = 1: significantly below, paired); the simulated one-step PGD and "
+                   "plain GD within z_crit s.e. of gd_optimal_loss at I and at Sigma; the trained loss falling with L "
+                   "(paired); the closed-form curves ordered and falling with L. "
+                   + f"{settings['steps']} steps of batch {settings['batch']} per model."),
+        controls=controls,
+        details={"settings": settings, "n": n, "per L": per_L, "parts": parts,
+                 "baselines (closed forms)": {f"L={L}": base[L] for L in curve_L},
+                 "Sigma eigenvalues": np.linalg.eigvalsh(Sigma), "seconds (training)": run.seconds,
+                 "device": ctx.device},
+        figures={"fig7": _fig7(base, per_L, n, curve_L)},
+    )
+
+
+def _fig7(base, per_L, n, curve_L) -> dict:
+    def pick(key):
+        return [base[L][key] for L in curve_L]
+
+    Ls = sorted(per_L)
+
+    def held(key):
+        return [per_L[L]["held-out [mean, s.e.]"][key] for L in Ls]
+
+    return lines(f"Fig. 7: test loss against depth (n = {n}, d = {D})", "layers / steps L", "test loss",
+                 [series("trained transformer (eq. 11)", Ls, [x[0] for x in held(TRAINED)], style="o",
+                         yerr=[x[1] for x in held(TRAINED)]),
+                  series("PGD, optimal steps (Theorem 3: multi_layer.optimal_loss)", curve_L,
+                         pick("PGD, optimal steps (Theorem 3)")),
+                  series("PGD, one step (gd_optimal_loss at Sigma = I)", curve_L, pick("PGD, one step")),
+                  series("plain GD, best step (gd_optimal_loss)", curve_L, pick("plain GD, best step")),
+                  series("PGD, one step, simulated", Ls, [x[0] for x in held(PGD)], style="o"),
+                  series("plain GD, simulated", Ls, [x[0] for x in held(GD)], style="o"),
+                  series("authors' code: PGD, grid step, n - 1 examples", curve_L,
+                         pick("code: PGD, grid step, n - 1 examples"), style="--")],
+                 yscale="log")
+
+
+# =====================================================================================
+# Fig. 6: loss against context length
+# =====================================================================================
+#: Context lengths of the closed-form curves (the paper's grid, and the odd ones below 6).
+CURVE_N = (2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20)
+
+
+@check("preconditioned_gd.baselines.torch_fig6", covers=COVERS, method="torch", needs=("torch",),
+       title="App. D, Fig. 6: over the context length n, the trained transformer sits between least squares (the "
+             "Bayes risk) and optimal preconditioned GD, below plain GD; the baselines run against their closed forms",
+       settings=[Setting("L", "int", quick=2, full=3, low=1, high=4, doc="depth L of every model"),
+                 Setting("n", "ints", quick=(2, 10, 20), full=(2, 4, 6, 8, 10, 12, 14, 16, 18, 20), low=1, high=200,
+                         doc="context lengths n (one model each)"),
+                 Setting("steps", "int", quick=SWEEP_QUICK["steps"], full=SWEEP_FULL["steps"], low=1, high=10**6,
+                         doc="optimiser steps"),
+                 Setting("batch", "int", quick=SWEEP_QUICK["batch"], full=SWEEP_FULL["batch"], low=1, high=10**6,
+                         doc="prompts per model and step"),
+                 Setting("samples", "int", quick=10_000, full=200_000, low=1000, high=10**8,
+                         doc="held-out contexts per context length (query and task integrated out exactly)")])
+def torch_fig6(ctx):
+    """Fig. 6 (``d = 5``, the experiments' Sigma, a random rotation): the GD++ transformer of depth
+    ``L`` trained at each ``n``; it and the two constant-step algorithms run on the same held-out
+    prompts of that ``n``.
+
+    Asserted per ``n``: (i) the trained loss plus z_crit s.e. is at most Theorem 3's optimum times
+    ``1 +`` :data:`PGD_TOL`; (ii) it is not significantly below least squares' ``d - min(n, d)``, the
+    Bayes risk (one-sided z); (iii) it is below plain GD, by :data:`PLAIN_FACTOR` against
+    ``gd_optimal_loss`` for ``n >= 2d`` (significantly, paired z on the same prompts, below ``2d``,
+    where the methods crowd towards the Bayes risk); (iv) the simulated one-step PGD and plain GD within
+    z_crit s.e. of ``gd_optimal_loss`` at ``Sigma = I`` and at Sigma; and (v) the closed-form curves
+    ordered as drawn, OLS <= Theorem 3's optimum <= one-step PGD < plain GD, each but OLS falling with
+    ``n`` (on :data:`CURVE_N`). The paper's curves are for ``L = 3``; the quick profile trains
+    ``L = 2`` at ``n = 2, 10, 20``, the full one ``L = 3`` at the paper's ``n = 2, 4, ..., 20``.
+
+    Quick, seeds 0-19: 20/20 pass, worst part 0.67 (n = 2, trained vs plain GD, paired). Trained
+    3.31-3.38, 0.55-0.65, 0.15-0.22 at n = 2, 10, 20 against OLS 3, 0, 0, Theorem 3's optimum 3.407,
+    0.971, 0.361, one-step PGD 3.494, 1.181, 0.499 and plain GD 3.900, 2.190, 1.641; the simulated
+    one-step PGD and plain GD within 0.45 z_crit of their closed forms. Controls (threshold 5.40): the
+    PGD at n - 1 at least 189 (expected >= 191), the off-by-one Bayes risk at least 16.9, the
+    transformer as OLS at least 37.2 (expected >= 11.9). (n = 6 in place of 10, 3e4 plain
+    prompts: 1 seed of 20 failed through one heavy-tailed held-out prompt, before the query and
+    task were integrated out.) Cost at seed 0: 5.7 s wall, 2.9 s CPU, on the shared 2-core machine
+    under a load average of 8. Full profile (L = 3, ten n, 8000 steps) not run here. **The paper's
+    depth L = 3 is not covered by the quick evidence:** the quick schedule with ``--set L=3`` (seeds
+    0-2) fails every seed: the trained three-layer models' held-out losses are carried by rare
+    contexts (n = 20: 0.32 +- 0.24, 26 +- 24, 0.15 +- 0.06 on 1e4 contexts), as at Fig. 7's L = 3.
+
+    Controls: the simulated one-step PGD at the smallest ``n`` against its closed form at ``n - 1``
+    (the authors' baselines fit ``n - 1`` examples); the transformer read as least squares at the
+    largest ``n >= d`` (loss 0: the paper's transformer stays above OLS there), expected at least the
+    GD++ optimum on Theorem 4's set (``gdpp.optimal_loss``) over the s.e.; the authors' off-by-one
+    Bayes risk ``d - (n - 1)`` at the smallest ``n`` (the trained model must be significantly below
+    it; expected: from Theorem 3's optimum, which it beats).
+    """
+    L = ctx.setting("L")
+    ns = tuple(ctx.setting("n"))
+    settings = dict(ctx.pick(quick=SWEEP_QUICK, full=SWEEP_FULL), steps=ctx.setting("steps"),
+                    batch=ctx.setting("batch"))
+    samples, tol = ctx.setting("samples"), PGD_TOL[ctx.profile]
+    Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
+    run = _train(ctx, Sigma, [(L, n) for n in ns], settings)
+    if run.stopped_at is not None:
+        return _stopped(run, f"Fig. 6 sweep n = {ns}, L = {L}")
+    curve_n = sorted(set(CURVE_N) | set(ns))
+    base = {n: baseline_losses(EXPERIMENT_EIGENVALUES, n, L, CODE_GRID_PGD) for n in curve_n}  # variable_N's grid
+    z_crit = z_threshold(5 * len(ns))
+    parts, per_n, est_n = {}, {}, {}
+    for k, n in enumerate(ns):
+        models, info = _models(run, k, Sigma, base[n])
+        est = est_n[n] = conditional_losses(ctx.rng, Sigma, n, samples, models)
+        _model_parts(parts, f"n={n}", est, "", base[n], tol, z_crit, far=n >= 2 * D)
+        tr, tr_se = _trained_loss(est, "", base[n])
+        parts[f"n={n}: (OLS - trained) / (z_crit s.e.) (Bayes risk)"] = (base[n]["OLS"] - tr) / (z_crit * tr_se)
+        per_n[n] = {"held-out [mean, s.e.]": _row(est, "", base[n]), **info}
+    keys = ("OLS", "PGD, optimal steps (Theorem 3)", "PGD, one step", "plain GD, best step")
+    ordered = all(base[n][keys[0]] <= base[n][keys[1]] <= base[n][keys[2]] < base[n][keys[3]] for n in curve_n)
+    parts["closed forms: OLS <= Theorem 3 optimum <= PGD one step < plain GD (every n of the curve)"] = (
+        0.0 if ordered else float("inf"))
+    for key in keys[1:]:
+        vals = [base[n][key] for n in curve_n]
+        parts[f"closed form {key}: falls with n"] = 0.0 if all(x > y for x, y in zip(vals, vals[1:])) else float("inf")
+    n0, n1 = min(ns), max(ns)
+    (tr0, tr0_se), pgd = _trained_loss(est_n[n0], "", base[n0]), est_n[n0][PGD]
+    f_off = base[n0]["code: OLS, n - 1 examples"]
+    off_by_one = {"d - (n - 1)": f_off, "trained": [tr0, tr0_se], "z(d - (n - 1) - trained)": (f_off - tr0) / tr0_se}
+    f_pgd_off = float(_cf(GD_LOSS, Sigma=[1.0] * D, n=n0 - 1, eta=base[n0]["PGD step a*"], L=L)) if n0 > 1 else float(D)
+    tr1, tr1_se = _trained_loss(est_n[n1], "", base[n1])
+    f_gdpp = float(_cf(GDPP_OPT, n=n1, d=D, L=L)) if n1 >= D else None
+    controls = [
+        Control(f"simulated one-step PGD at n = {n0} vs its closed form at n - 1 = {n0 - 1} (the authors' "
+                "off-by-one): |z|", abs(_z(pgd, f_pgd_off)), z_crit,
+                expected=abs(f_pgd_off - base[n0]["PGD, one step"]) / float(pgd.se))]
+    controls.append(Control(f"the authors' off-by-one Bayes risk d - (n - 1) = {f_off:g} at n = {n0}: z(d - (n - 1) - "
+                            "trained) (the trained model must be significantly below it)", (f_off - tr0) / tr0_se,
+                            z_crit, expected=(f_off - base[n0]["PGD, optimal steps (Theorem 3)"]) / tr0_se))
+    if f_gdpp is not None:
+        controls.append(Control(f"the transformer as least squares at n = {n1} >= d (loss d - min(n, d) = 0): "
+                                "|z(trained - 0)|", abs(tr1) / tr1_se, z_crit,
+                                expected=f_gdpp / tr1_se))
+    return Outcome(
+        measured={f"n={n}": per_n[n]["held-out [mean, s.e.]"] for n in ns},
+        predicted={f"n={n}": {k: base[n][k] for k in keys} for n in ns},
+        discrepancy=max(parts.values()), tolerance=1.0,
+        criterion=(f"max of normalised parts <= 1 over n = {ns} (L = {L}, d = {D}, eigenvalues "
+                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out contexts per n, (x_q, w*) integrated out, "
+                   f"z_crit = {z_crit:.2f}): trained + z "
+                   f"s.e. <= Theorem 3's optimum (1 + {tol}) and not significantly below d - min(n, d); below plain GD "
+                   f"({PLAIN_FACTOR} x against gd_optimal_loss for n >= 2d, paired z-test below); the simulated "
+                   "one-step PGD and plain GD within z_crit s.e. of gd_optimal_loss at I and at Sigma; the closed-form "
+                   f"curves ordered and falling with n on n = {tuple(curve_n)}. The paper's Fig. 6 is L = 3; "
+                   f"L = {L} here, {settings['steps']} steps of batch {settings['batch']} per model."),
+        controls=controls,
+        details={"settings": settings, "L": L, "per n": per_n, "parts": parts,
+                 f"authors' off-by-one Bayes risk at n = {n0}": off_by_one,
+                 f"GD++ optimum on Theorem 4's set (gdpp.optimal_loss), n = {n1}": f_gdpp,
+                 "baselines (closed forms)": {f"n={n}": base[n] for n in curve_n},
+                 "Sigma eigenvalues": np.linalg.eigvalsh(Sigma), "seconds (training)": run.seconds,
+                 "device": ctx.device},
+        figures={"fig6": _fig6(base, per_n, L, curve_n)},
+    )
+
+
+def _fig6(base, per_n, L, curve_n) -> dict:
+    def pick(key):
+        return [base[n][key] for n in curve_n]
+
+    ns = sorted(per_n)
+
+    def held(key):
+        return [per_n[n]["held-out [mean, s.e.]"][key] for n in ns]
+
+    return lines(f"Fig. 6: test loss against context length (L = {L}, d = {D})", "context length n", "test loss",
+                 [series(f"trained transformer (eq. 11), L = {L}", ns, [x[0] for x in held(TRAINED)], style="o",
+                         yerr=[x[1] for x in held(TRAINED)]),
+                  series("OLS: d - min(n, d) (least_squares.loss)", curve_n, pick("OLS")),
+                  series("PGD, optimal steps (Theorem 3: multi_layer.optimal_loss)", curve_n,
+                         pick("PGD, optimal steps (Theorem 3)")),
+                  series("PGD, one step (gd_optimal_loss at Sigma = I)", curve_n, pick("PGD, one step")),
+                  series("plain GD, best step (gd_optimal_loss)", curve_n, pick("plain GD, best step")),
+                  series("PGD, one step, simulated", ns, [x[0] for x in held(PGD)], style="o"),
+                  series("plain GD, simulated", ns, [x[0] for x in held(GD)], style="o"),
+                  series("authors' code: PGD, grid step, n - 1 examples", curve_n,
+                         pick("code: PGD, grid step, n - 1 examples"), style="--"),
+                  series("authors' code: OLS, n - 1 examples", curve_n, pick("code: OLS, n - 1 examples"),
+                         style=":")])
