@@ -168,7 +168,7 @@ def spectral_image(expr):
 
 # -- printed forms -------------------------------------------------------------------
 def printed_fourth_moment():
-    """Spec R3: Lambda A Lambda + Lambda A^T Lambda + tr(A Lambda) Lambda."""
+    """The form of App. C.1 (three Isserlis pairings): Lambda A Lambda + Lambda A^T Lambda + tr(A Lambda) Lambda."""
     import sympy as sp
 
     from . import sym

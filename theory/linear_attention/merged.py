@@ -421,7 +421,7 @@ def white_loss_domain(values: dict, dims: dict) -> None:
 
 
 def printed_half_rise_time():
-    """Spec R10: t_1/2 = tau/(2 sqrt D) ln(sqrt(D)/(alpha w_init^2) - 1)."""
+    """The half-rise time as read off eq. 10's sigmoid: t_1/2 = tau/(2 sqrt D) ln(sqrt(D)/(alpha w_init^2) - 1)."""
     import sympy as sp
 
     tau, D, N, w = (_sym(n) for n in ("tau", "D", "N", "w_init"))

@@ -225,16 +225,16 @@ def printed_optimal_preconditioner_isotropic():
     return 1 / ((n - 1) / n + (d + 2) / n)
 
 
-def spec_optimal_preconditioner_inverse_task():
-    """Spec §2.3 (not printed in the paper): n/(n+d+1) Sigma^{-1} (d = D)."""
+def worked_optimal_preconditioner_inverse_task():
+    """Theorem 1 worked out for the inverse task w* ~ N(0, Sigma^{-1}) (not printed in the paper): n/(n+d+1) Sigma^{-1} (d = D)."""
     import sympy as sp
 
     v = variables()
     return v.n / (v.n + v.D + 1) * sp.Inverse(v.Sig)
 
 
-def spec_optimal_loss_inverse_task():
-    """Spec §2.3 (not printed in the paper): d(d+1)/(n+d+1)."""
+def worked_optimal_loss_inverse_task():
+    """Theorem 1 worked out for the inverse task (not printed in the paper): d(d+1)/(n+d+1)."""
     from . import sym
 
     n, d = sym("n"), sym("d")

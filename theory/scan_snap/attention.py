@@ -459,7 +459,7 @@ register(ClosedForm(
     printed=printed_growth_scanning,
     stable=lambda: _stable_asymptotic(_h_linear()),
     doc="1/4 ln(1 + 2 (M-1)^2 eta_Y eta_Z t^2 / (K M^2 C0)): the corrected B_n with the linear stage of h "
-        "(the slope eta_Y/M of eq. 44 at h = 0). Accurate for t << t_0' = K ln M/eta_Y (spec: 0.05% at "
+        "(the slope eta_Y/M of eq. 44 at h = 0). Accurate for t << t_0' = K ln M/eta_Y (against eq. 10's ODE: 0.05% at "
         "0.1 t_0', 11% at t_0').",
     erratum=_ERR_14,
 ))

@@ -419,7 +419,7 @@ register(ClosedForm(
 register(ClosedForm(
     id="scan_snap.speed.convergence_steps",
     title="Corollary 1, sharp: total steps until ||e_n - alpha_n||_2 <= epsilon",
-    source="Corollary 1 (eqs. 71-73), spec D.4",
+    source="Corollary 1 (eqs. 71-73), App. D.4",
     status="approximate",
     params=(M_P, K_P, ETA_Y, EPS_P),
     derive=derive_convergence_steps,

@@ -328,9 +328,9 @@ def one_theory(ctx):
         "gradient vanishes at the inverse-task optimum": sl.stationarity_residual("inverse") == 0,
         "inverse-task optimum == n/(n+d+1) Sigma^-1": equal(
             sl.to_merged_symbols(sl.derive_optimal_preconditioner("inverse")),
-            sl.to_merged_symbols(sl.spec_optimal_preconditioner_inverse_task()), covariance=sym("Lambda")),
+            sl.to_merged_symbols(sl.worked_optimal_preconditioner_inverse_task()), covariance=sym("Lambda")),
         "inverse-task optimal loss == d(d+1)/(n+d+1)": equal(
-            sl.derive_optimal_loss_inverse_task(), sl.spec_optimal_loss_inverse_task()),
+            sl.derive_optimal_loss_inverse_task(), sl.worked_optimal_loss_inverse_task()),
         "ReLU gradient vanishes at a* I": relu.stationarity_residual() == 0,
     }
     failed = [k for k, ok in claims.items() if not ok]
