@@ -33,6 +33,8 @@ Contains
     Test loss against the depth L (n = 20, d = 5).
 ``preconditioned_gd.baselines.torch_fig6``
     Test loss against the context length n (d = 5).
+``preconditioned_gd.baselines.torch_fig7_deep``
+    Fig. 7 at L = 3, 4: typical contexts (quantiles) against Theorem 3's optimal preconditioned GD.
 """
 
 from __future__ import annotations
@@ -212,10 +214,11 @@ def torch_fig7(ctx):
     contexts (L = 3: 0.08-0.35 with s.e. 0.02-0.16 on 1e4 contexts; L = 4: 0.008 to 4e4; the exact
     gdpp.loss at the L = 3 models' projections on Theorem 4's set is 0.075-0.29 against Theorem 3's
     0.1336), and the simulated plain GD's z-test at L = 4 reached |z| = 6.0 (seed 4), past the normal
-    approximation at that sample size. The full profile's L = 3, 4 parts are untested (the paper
-    trains 20000 steps; a converged three-layer model sits near the sample-average GD++ optimum, whose
-    exact loss is about 0.043, below 0.1336, but whose held-out estimate needs importance sampling
-    as in ``preconditioned_gd.gdpp.mc_optimum``).
+    approximation at that sample size. The full profile's L = 3, 4 parts are untested here. Depths 3
+    and 4 are checked by ``torch_fig7_deep`` on typical contexts (quantiles of the per-context loss
+    against Theorem 3's PGD on the same contexts): the trained models' expected loss there is carried
+    by contexts rarer than any batch (importance sampling: 0.6-25 at L = 3, 1e22-1e31 at L = 4 after
+    the quick schedule), so their means are not the figure's curve.
 
     Controls: the trained model read as plain GD (a Sigma-blind transformer: its loss within the
     tolerance of plain GD's); the simulated plain GD read as Sigma-free (against the one-step PGD
@@ -351,7 +354,8 @@ def torch_fig6(ctx):
     under a load average of 8. Full profile (L = 3, ten n, 8000 steps) not run here. **The paper's
     depth L = 3 is not covered by the quick evidence:** the quick schedule with ``--set L=3`` (seeds
     0-2) fails every seed: the trained three-layer models' held-out losses are carried by rare
-    contexts (n = 20: 0.32 +- 0.24, 26 +- 24, 0.15 +- 0.06 on 1e4 contexts), as at Fig. 7's L = 3.
+    contexts (n = 20: 0.32 +- 0.24, 26 +- 24, 0.15 +- 0.06 on 1e4 contexts), as at Fig. 7's L = 3;
+    ``torch_fig7_deep`` checks the three-layer model at ``n = 20`` on typical contexts (quantiles).
 
     Controls: the simulated one-step PGD at the smallest ``n`` against its closed form at ``n - 1``
     (the authors' baselines fit ``n - 1`` examples); the transformer read as least squares at the
@@ -451,3 +455,208 @@ def _fig6(base, per_n, L, curve_n) -> dict:
                          pick("code: PGD, grid step, n - 1 examples"), style="--"),
                   series("authors' code: OLS, n - 1 examples", curve_n, pick("code: OLS, n - 1 examples"),
                          style=":")])
+
+
+# =====================================================================================
+# Fig. 7 at depths 3 and 4: typical contexts against Theorem 3's optimal preconditioned GD
+# =====================================================================================
+#: Quantiles of the per-context loss compared with Theorem 3's PGD: asserted (quick: the median; full:
+#: the median and the 90 % quantile) and reported (both). After the quick schedule the L = 3 model's
+#: 90 % quantile sits at Theorem 3's PGD's (seed 0: upper bound / lower bound 1.10), not below it.
+DEEP_QUANTILES = {"quick": (0.5,), "full": (0.5, 0.9)}
+DEEP_REPORTED = (0.5, 0.9)
+#: Full profile of torch_fig7_deep: a CPU-sized longer run (lr halved every 500 steps).
+DEEP_FULL = dict(steps=2000, batch=1000, lr=0.1, halve_every=500, betas=(0.9, 0.999), clip=0.01)
+
+
+def _quantile_bounds(values: np.ndarray, q: float, z: float) -> tuple[float, float, float]:
+    """``(lower, estimate, upper)`` for the ``q``-quantile of the law of ``values`` (i.i.d.): the order
+    statistics ``X_(k)`` at ``k = N q -+ z sqrt(N q (1 - q))`` (the binomial count of values below the
+    quantile, normal approximation; distribution-free, whatever the tail)."""
+    x = np.sort(np.asarray(values, dtype=float))
+    N = len(x)
+    half = z * np.sqrt(N * q * (1 - q))
+    lo = int(np.clip(np.floor(N * q - half), 0, N - 1))
+    hi = int(np.clip(np.ceil(N * q + half), 0, N - 1))
+    return float(x[lo]), float(np.quantile(x, q)), float(x[hi])
+
+
+def _tilted_mean(rng, Sigma, n: int, total: int, models: dict) -> dict:
+    """Each model's expected loss (``(x_q, w*)`` integrated out) by importance sampling of the contexts:
+    the largest eigenvalue stretched as in ``preconditioned_gd.gdpp.mc_optimum``
+    (:func:`verify.models.linear_transformer_monte_carlo.tilted_prompts`), weighted by the exact density
+    ratio. Unbiased; reported only (the per-context loss of a trained three- or four-layer model is a
+    polynomial of degree up to 26 / 80 in the context, its mean carried by contexts far rarer than the
+    samples, so the s.e. is not trusted)."""
+    from verify.models.linear_transformer_monte_carlo import tilted_prompts
+    from verify.models.preconditioned_gd_baselines import response_matrix
+    from verify.stats import chunks
+
+    d = Sigma.shape[0]
+    Si, eye = np.linalg.inv(Sigma), np.eye(d)
+    vals = {k: [] for k in models}
+    for size in chunks(total, 10_000):
+        pr, weight, _ = tilted_prompts(rng, Sigma, n, size)
+        X = pr.X[:, :, :n]
+        for k, (A, B) in models.items():
+            D = response_matrix(X, A, B) - eye
+            vals[k].append(weight * np.einsum("bjk,bjk->b", Sigma @ D, D @ Si))
+    out = {}
+    for k, v in vals.items():
+        v = np.concatenate(v)
+        out[k] = {"mean": float(v.mean()), "s.e. (not trusted)": float(v.std(ddof=1) / np.sqrt(len(v))),
+                  "largest share of one context": float(v.max() / v.sum())}
+    return out
+
+
+@check("preconditioned_gd.baselines.torch_fig7_deep", covers=[PGD_OPT, "preconditioned_gd.multi_layer.optimal_steps",
+                                                               GD_STEP, GD_OPT],
+       method="torch", needs=("torch",),
+       title="App. D, Fig. 7 at L = 3, 4: on typical contexts (median, 90 % quantile) the trained transformer is "
+             "below Theorem 3's optimal preconditioned GD and far below plain GD, run on the same contexts; its "
+             "expected loss is carried by rare contexts",
+       settings=[Setting("L", "ints", quick=(3, 4), full=(3, 4), low=1, high=4, doc="depths L (one model each)"),
+                 Setting("steps", "int", quick=SWEEP_QUICK["steps"], full=DEEP_FULL["steps"], low=1, high=10**6,
+                         doc="optimiser steps"),
+                 Setting("batch", "int", quick=SWEEP_QUICK["batch"], full=DEEP_FULL["batch"], low=1, high=10**6,
+                         doc="prompts per model and step"),
+                 Setting("samples", "int", quick=10_000, full=100_000, low=1000, high=10**8,
+                         doc="held-out contexts (shared by every model and algorithm; query and task "
+                             "integrated out exactly)"),
+                 Setting("tilted", "int", quick=5_000, full=50_000, low=1000, high=10**8,
+                         doc="importance-sampled contexts for the reported expected loss")])
+def torch_fig7_deep(ctx):
+    """Fig. 7's depths 3 and 4 (``n = 20``, ``d = 5``, the experiments' Sigma, a random rotation): the
+    GD++ transformer (eq. 11) trained at each depth side by side (as in ``torch_fig7``), then run with
+    Theorem 3's optimal preconditioned GD (the sparse transformer of eq. 8, ``A_l = a*_l Sigma^{-1}``,
+    ``preconditioned_gd.multi_layer.optimal_steps``) and plain GD with its best constant step
+    (``gd_optimal_step`` at Sigma) on the same held-out contexts, ``(x_q, w*)`` integrated out exactly
+    (:func:`verify.models.preconditioned_gd_baselines.conditional_loss_values`).
+
+    Why quantiles. The trained models' expected loss is not what the figure can show at these depths:
+    their per-context loss is a polynomial of degree up to 26 (L = 3) / 80 (L = 4) in the context, and
+    SGD on sampled batches leaves it large on contexts rarer than any batch. Importance sampling of the
+    contexts (largest eigenvalue stretched, as in ``gdpp.mc_optimum``; reported in the details) puts the
+    trained models' expected loss far above Theorem 3's optimum: quick schedule, seeds 0-3, 2e4
+    contexts: L = 3 2.6-9.8 (optimum 0.1336), L = 4 1e24-1e28 (optimum 0.0550); 1500 steps, seeds
+    0-1: L = 3 2.1, 23, L = 4 5e27, 1e29; at ``d = 3``, ``n = 40`` (a lighter tail): L = 3 2-25 times
+    the optimum, L = 4 1e9-1e14. Plain held-out means are therefore heavy-tailed (one context of 1e4
+    carries them) and a z-test on them is unsound. What a finite test set (the figure's) sees is the
+    typical context, and the claim tested is the figure's ordering there.
+
+    Asserted per ``L`` (distribution-free: the order statistics at ``N q -+ z_crit sqrt(N q (1 - q))``
+    bound the ``q``-quantile, :func:`_quantile_bounds`): (i) at ``q = 0.5`` (quick; ``0.5`` and ``0.9``
+    in the full profile, :data:`DEEP_QUANTILES`) the upper bound of the trained model's quantile is at
+    most the lower bound of Theorem 3's PGD's quantile (tolerance 1, no slack); (ii)
+    :data:`PLAIN_FACTOR` times the upper bound of the trained 90 % quantile is below the lower bound of
+    plain GD's median; (iii) the simulated Theorem-3 PGD's mean (its per-context loss
+    has degree 2L, a light tail) within z_crit s.e. of ``multi_layer.optimal_loss`` (the reference is
+    the one the closed form describes); then (iv) the trained median falls from each depth to the next
+    (upper bound at the deeper model below the lower bound at the shallower one).
+
+    Quick (``L = 3, 4``, 400 steps of batch 300 as in ``torch_fig7``, 1e4 contexts), seeds 0-19: 20/20
+    pass, worst part 0.62 (L = 4, the simulated Theorem-3 PGD's |z| 3.3 against z_crit 5.34). Trained
+    medians 0.015-0.047 (L = 3) and 0.0016-0.0058 (L = 4) against Theorem 3's PGD's 0.090-0.094 and
+    0.029-0.030 on the same contexts (part (i) at most 0.61 and 0.22); plain GD's median about 1.34 /
+    1.15 (part (ii) at most 0.30); median L = 4 / L = 3 at most 0.25. Reported, not asserted: the
+    trained 90 % quantile's upper bound over Theorem 3's PGD's lower bound 0.39-1.10 (L = 3; above 1 at
+    some seeds: the quick run has not converged there) and 0.09-0.39 (L = 4); the held-out means 0.038
+    to 27.5 (L = 3) and 0.0065 to 2e6 (L = 4); importance-sampled expected losses (5e3 contexts) 0.64
+    to 25 (L = 3) and 7e21 to 6e30 (L = 4). Control: sign test z at least 99.88 (expected >= 99.82,
+    threshold 5.34). Cost: 2.8-9.6 s wall per seed (median 3.8 s; the first includes the imports) on
+    the shared 2-core machine under a load average of 3-5. Full profile (2000 steps of batch 1000, lr
+    halved every 500 steps; 1e5 contexts), seeds 0-2: 3/3 pass, worst part 0.52 (L = 4, the simulated
+    PGD's |z|); trained medians 0.0025-0.0058 (L = 3) and 0.0003-0.0004 (L = 4) against Theorem 3's
+    PGD's 0.092 and 0.029 (part (i) at most 0.066 at the median and 0.27 at the 90 % quantile);
+    importance-sampled expected losses 0.035 to 38 (L = 3: below Theorem 3's 0.1336 at one seed of
+    three) and 2e28 to 1e29 (L = 4); control z at least 316 (expected >= 316). 41-43 s per seed.
+
+    Control: the trained transformer read as plain GD (Sigma-blind: then it would be below plain GD on
+    half the contexts; sign test z of the fraction of contexts where it is lower against 1/2), expected
+    from Theorem 3's PGD's fraction against plain GD on the same contexts.
+    """
+    Ls = tuple(ctx.setting("L"))
+    n = 20
+    settings = dict(ctx.pick(quick=SWEEP_QUICK, full=DEEP_FULL), steps=ctx.setting("steps"),
+                    batch=ctx.setting("batch"))
+    samples = ctx.setting("samples")
+    Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
+    Si = np.linalg.inv(Sigma)
+    run = _train(ctx, Sigma, [(L, n) for L in Ls], settings)
+    if run.stopped_at is not None:
+        return _stopped(run, f"Fig. 7 sweep L = {Ls}")
+    from verify.models.preconditioned_gd_baselines import conditional_loss_values
+
+    base, models, info = {}, {}, {}
+    for k, L in enumerate(Ls):
+        b = base[L] = baseline_losses(EXPERIMENT_EIGENVALUES, n, L, CODE_GRID_GD)
+        b["Theorem 3 steps a*_l"] = [float(x) for x in _cf("preconditioned_gd.multi_layer.optimal_steps",
+                                                            n=n, d=D, L=L)]
+        zero = np.zeros((L, D, D))
+        m, info[L] = _models(run, k, Sigma, b, f" L={L}")
+        models[TRAINED + f" L={L}"] = m[TRAINED + f" L={L}"]
+        models[f"Theorem 3 PGD L={L}"] = (np.stack([-a * Si for a in b["Theorem 3 steps a*_l"]]), zero)
+        models[GD + f" L={L}"] = m[GD + f" L={L}"]
+    vals, top = conditional_loss_values(ctx.rng, Sigma, n, samples, models)
+    N = samples
+    asserted = DEEP_QUANTILES[ctx.profile]
+    z_crit = z_threshold((len(asserted) + 2) * len(Ls) + max(len(Ls) - 1, 0) + 1)
+    parts, per_L, q_tr = {}, {}, {}
+    for L in Ls:
+        tr, pgd, gd = vals[TRAINED + f" L={L}"], vals[f"Theorem 3 PGD L={L}"], vals[GD + f" L={L}"]
+        f_opt = base[L]["PGD, optimal steps (Theorem 3)"]
+        row = {}
+        for q in DEEP_REPORTED:
+            bt, bp = _quantile_bounds(tr, q, z_crit), _quantile_bounds(pgd, q, z_crit)
+            if q in asserted:
+                parts[f"L={L}: upper {q}-quantile trained / lower {q}-quantile Theorem 3 PGD"] = bt[2] / bp[0]
+            row[f"{q}-quantile [lower, estimate, upper]"] = {"trained": bt, "Theorem 3 PGD": bp,
+                                                             "ratio upper / lower": bt[2] / bp[0]}
+        q_tr[L] = _quantile_bounds(tr, 0.5, z_crit)
+        up9 = _quantile_bounds(tr, 0.9, z_crit)[2]
+        gd_med = _quantile_bounds(gd, 0.5, z_crit)
+        parts[f"L={L}: {PLAIN_FACTOR} x upper 0.9-quantile trained / lower median plain GD"] = (
+            PLAIN_FACTOR * up9 / gd_med[0])
+        m_pgd, se_pgd = float(pgd.mean()), float(pgd.std(ddof=1) / np.sqrt(N))
+        parts[f"L={L}: |z| simulated Theorem 3 PGD vs optimal_loss / z_crit"] = abs(m_pgd - f_opt) / se_pgd / z_crit
+        row["median plain GD [lower, estimate, upper]"] = gd_med
+        row["means (trained: heavy-tailed, not trusted)"] = {
+            "trained": [float(tr.mean()), float(tr.std(ddof=1) / np.sqrt(N))], "Theorem 3 PGD": [m_pgd, se_pgd],
+            "plain GD": [float(gd.mean()), float(gd.std(ddof=1) / np.sqrt(N))]}
+        row["fraction of contexts trained < Theorem 3 PGD"] = float(np.mean(tr < pgd))
+        row["fraction of contexts trained < plain GD"] = float(np.mean(tr < gd))
+        row["fraction of contexts Theorem 3 PGD < plain GD"] = float(np.mean(pgd < gd))
+        per_L[L] = {**row, **info[L]}
+    for L0, L1 in zip(Ls, Ls[1:]):
+        parts[f"L={L0}->{L1}: upper median trained L={L1} / lower median trained L={L0}"] = q_tr[L1][2] / q_tr[L0][0]
+    tilted = _tilted_mean(ctx.rng, Sigma, n, ctx.setting("tilted"),
+                          {L: models[TRAINED + f" L={L}"] for L in Ls})
+    Lm = max(Ls)
+    tr, pgd, gd = vals[TRAINED + f" L={Lm}"], vals[f"Theorem 3 PGD L={Lm}"], vals[GD + f" L={Lm}"]
+    sign = lambda frac: (frac - 0.5) / np.sqrt(0.25 / N)   # noqa: E731  sign test z against 1/2
+    controls = [
+        Control(f"the transformer as plain GD (Sigma-blind), L = {Lm}: sign test z of P(trained < plain GD) = 1/2",
+                sign(float(np.mean(tr < gd))), z_crit, expected=sign(float(np.mean(pgd < gd))))]
+    keys = ("PGD, optimal steps (Theorem 3)", "plain GD, best step")
+    return Outcome(
+        measured={f"L={L}": {f"{q}-quantile trained": per_L[L][f"{q}-quantile [lower, estimate, upper]"]["trained"][1]
+                             for q in DEEP_REPORTED} for L in Ls},
+        predicted={f"L={L}": {f"{q}-quantile Theorem 3 PGD (simulated)":
+                              per_L[L][f"{q}-quantile [lower, estimate, upper]"]["Theorem 3 PGD"][1]
+                              for q in DEEP_REPORTED} | {k: base[L][k] for k in keys} for L in Ls},
+        discrepancy=max(parts.values()), tolerance=1.0,
+        criterion=(f"max of normalised parts <= 1 over L = {Ls} (n = {n}, d = {D}, eigenvalues "
+                   f"{EXPERIMENT_EIGENVALUES}, {samples} held-out contexts shared by all, (x_q, w*) integrated out, "
+                   f"z_crit = {z_crit:.2f} for the order-statistic bounds): the trained model's "
+                   f"{' and '.join(f'{q}-quantile' for q in asserted)} (upper bound) at most Theorem 3's PGD's (lower "
+                   f"bound) on the same contexts; {PLAIN_FACTOR} x its 90 % quantile below plain GD's median; "
+                   "the simulated Theorem-3 PGD's mean within z_crit s.e. of optimal_loss; the trained "
+                   f"median falling with L. {settings['steps']} steps of batch {settings['batch']} per model."),
+        controls=controls,
+        details={"settings": settings, "n": n, "per L": per_L, "parts": parts,
+                 "expected loss of the trained models by importance sampling (reported)": tilted,
+                 "baselines (closed forms)": {f"L={L}": base[L] for L in Ls},
+                 "largest lambda_max(S_u) among the held-out contexts": float(top.max()),
+                 "Sigma eigenvalues": np.linalg.eigvalsh(Sigma), "seconds (training)": run.seconds,
+                 "device": ctx.device},
+    )
