@@ -125,6 +125,40 @@ def test_conditional_losses_bad_input_names_the_parameter():
     with pytest.raises(ValueError, match="^Sigma"):
         conditional_losses(np.random.default_rng(0), -np.eye(3), 2, 10, {"z": (np.zeros((1, 3, 3)),) * 2})
 
+def test_conditional_loss_values_are_the_per_context_losses():
+    """Same draws as conditional_losses: the means agree to round-off; the top eigenvalue is that of the
+    white context (the same stream gives the same contexts)."""
+    from verify.models.preconditioned_gd_baselines import conditional_loss_values, conditional_losses
+    from verify.tasks.preconditioned_gd import distorted_covariance
+
+    Sigma = distorted_covariance(np.random.default_rng(3), [1.0, 1.0, 0.25, 0.0625, 1.0])
+    a = _cf(GD_STEP, Sigma=EYE, n=20, L=3)
+    models = {"pgd": (np.stack([-a * np.linalg.inv(Sigma)] * 3), np.zeros((3, 5, 5)))}
+    est = conditional_losses(np.random.default_rng(4), Sigma, 20, 500, models)
+    vals, top = conditional_loss_values(np.random.default_rng(4), Sigma, 20, 500, models)
+    assert vals["pgd"].shape == top.shape == (500,)
+    assert np.mean(vals["pgd"]) == pytest.approx(est["pgd"].mean, rel=1e-12)
+    U = np.random.default_rng(4).standard_normal((500, 5, 20))
+    assert np.allclose(top, np.linalg.eigvalsh(U @ U.transpose(0, 2, 1) / 20)[:, -1], rtol=1e-12)
+    with pytest.raises(ValueError, match="^total"):
+        conditional_loss_values(np.random.default_rng(0), Sigma, 20, 0, models)
+
+
+def test_quantile_bounds_cover_the_quantile():
+    """The order-statistic bounds of torch_fig7_deep bracket the true quantile of a heavy-tailed law
+    (Pareto, mean infinite) at z = 3 in at least 99 of 100 draws."""
+    from verify.checks.preconditioned_gd.baselines_torch import _quantile_bounds
+
+    rng = np.random.default_rng(0)
+    true = 2.0 ** (1 / 0.8) - 1                      # median of Lomax(0.8): (1/2)^(-1/0.8) - 1
+    hits = 0
+    for _ in range(100):
+        lo, est, hi = _quantile_bounds(rng.pareto(0.8, 2000), 0.5, 3.0)
+        assert lo <= est <= hi
+        hits += lo <= true <= hi
+    assert hits >= 99
+
+
 # -- the side-by-side sweep ------------------------------------------------------------------------
 def test_stacked_prediction_is_the_transformer():
     """Values and gradients of gdpp_predict_stacked equal LinearTransformer("gdpp").predict per model."""

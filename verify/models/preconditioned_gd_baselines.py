@@ -28,7 +28,7 @@ from verify.stats import MeanEstimate, batch_mean
 from verify.stats import evaluate as _cf
 
 __all__ = ["PGD_OPT", "GD_LOSS", "GD_STEP", "GD_OPT", "OLS", "CODE_GRID_GD", "CODE_GRID_PGD", "baseline_losses",
-           "response_matrix", "conditional_losses", "mc_algorithm_loss"]
+           "response_matrix", "conditional_losses", "conditional_loss_values", "mc_algorithm_loss"]
 
 PGD_OPT = "preconditioned_gd.multi_layer.optimal_loss"
 GD_LOSS = "preconditioned_gd.multi_layer.gd_loss"
@@ -114,6 +114,29 @@ def conditional_losses(rng, Sigma, n: int, total: int, models: dict, *, chunk: i
     est = acc.result()
     cols = names + pairs
     return {k: MeanEstimate(est.mean[i], est.se[i], est.n) for i, k in enumerate(cols)}
+
+
+def conditional_loss_values(rng, Sigma, n: int, total: int, models: dict, *, chunk: int = 20_000):
+    """Per-context values of :func:`conditional_losses` (``(x_q, w*)`` integrated out exactly) and the
+    largest eigenvalue of each context's white covariance ``S_u = (1/n) U U^T`` (``X = C U``, ``Sigma =
+    C C^T``): ``({name: ndarray (total,)}, ndarray (total,))``. Used where the mean is carried by rare
+    contexts (three and four GD++ layers, Fig. 7): the values are summarised on the contexts with
+    ``lambda_max(S_u)`` below a stated level. Draws the contexts as :func:`conditional_losses` does."""
+    from verify.stats import chunks
+
+    Sigma = validate.covariance("Sigma", Sigma)
+    total = validate.integer("total", total)
+    d = Sigma.shape[0]
+    C, Si, eye = np.linalg.cholesky(Sigma), np.linalg.inv(Sigma), np.eye(d)
+    out, top = {k: [] for k in models}, []
+    for size in chunks(total, chunk):
+        U = rng.standard_normal((size, d, n))
+        top.append(np.linalg.eigvalsh(U @ U.transpose(0, 2, 1) / n)[:, -1])
+        X = np.einsum("ij,bjk->bik", C, U)
+        for k in models:
+            D = response_matrix(X, *models[k]) - eye
+            out[k].append(np.einsum("bjk,bjk->b", Sigma @ D, D @ Si))
+    return {k: np.concatenate(v) for k, v in out.items()}, np.concatenate(top)
 
 
 def mc_algorithm_loss(rng, Sigma, n: int, total: int, algorithm: str, *, chunk: int = 20_000):
