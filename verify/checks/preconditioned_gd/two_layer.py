@@ -84,7 +84,7 @@ def _setting_pairs(quick, full):
 # =====================================================================================
 # (a) Monte Carlo of the real forward pass
 # =====================================================================================
-@check("preconditioned_gd.two_layer.mc_loss", covers=COVERS, method="monte_carlo",
+@check("preconditioned_gd.two_layer.mc_loss", covers=COVERS, method="monte_carlo", needs=("torch",),
        title="Theorem 2: Monte Carlo of the two-layer forward pass (Sigma = I, w* ~ N(0, I)) at the registered "
              "steps vs f*_2; paired gaps at a longer step and at random symmetric and non-symmetric A_l vs the "
              "exact loss",

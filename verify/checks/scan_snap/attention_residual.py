@@ -44,7 +44,7 @@ def _moves(run, start):
     return {"A": np.diff(z[:, :, A], axis=0), "B": np.diff(z[:, 0, B]), "C": np.diff(z[:, 1, C])}
 
 
-@check("scan_snap.attention.residual_population", method="exact_flow", covers=[],
+@check("scan_snap.attention.residual_population", method="exact_flow", covers=[], needs=("torch",),
        title="§7 residual connection: a token shared across queries rises (local distinct), tokens shared within a "
              "query fall (local common), in the expected batch-1 dynamics with a learned decoder; without the "
              "residual it falls",

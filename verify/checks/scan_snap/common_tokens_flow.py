@@ -76,7 +76,7 @@ def _state_stats(classes, z, C, D, record=True):
             "symmetry": float(max(np.ptp(dts, axis=0).max(), np.ptp(norms) / norms.max()))}
 
 
-@check("scan_snap.common_tokens.corollary2_flow", method="exact_flow",
+@check("scan_snap.common_tokens.corollary2_flow", method="exact_flow", needs=("torch",),
        covers=["scan_snap.common_tokens.pair_term", "scan_snap.common_tokens.rate"],
        title="Corollary 2 (eqs. 101-107): with symmetric classes every common-token logit falls, along eq. 10 and in "
              "the expected batch-1 dynamics with a learned decoder; the rate equals -(K-1) q f_l^2/(1 + (K-1) q)",
