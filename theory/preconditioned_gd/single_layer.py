@@ -226,7 +226,8 @@ def printed_optimal_preconditioner_isotropic():
 
 
 def worked_optimal_preconditioner_inverse_task():
-    """Theorem 1 worked out for the inverse task w* ~ N(0, Sigma^{-1}) (not printed in the paper): n/(n+d+1) Sigma^{-1} (d = D)."""
+    """Theorem 1 worked out for the inverse task w* ~ N(0, Sigma^{-1}) (not printed in the paper):
+    n/(n+d+1) Sigma^{-1} (d = D)."""
     import sympy as sp
 
     v = variables()
