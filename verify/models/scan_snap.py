@@ -46,7 +46,7 @@ try:
 except ImportError:  # pragma: no cover
     torch = nn = None
 
-__all__ = ["SequenceClasses", "syn_small", "single_common", "attention_velocity", "shared_query_velocity",
+__all__ = ["SequenceClasses", "syn_small", "syn_medium", "single_common", "attention_velocity", "shared_query_velocity",
            "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
            "OneLayerTransformer", "train_transformer", "dt_entropy"]
 
@@ -132,19 +132,32 @@ class SequenceClasses:
 def syn_small(num_common: int = 10, num_distinct: int = 10, separate_queries: bool = True) -> SequenceClasses:
     """Syn-Small (§8; the authors' generator): K = 2, common tokens 0..num_common-1 with weight 1,
     num_distinct distinct tokens per class with weights linspace(0.1, 1, num_distinct); query ids
-    follow the contextual ids, then the next-token ids (M = 34 for the defaults)."""
-    K = 2
-    n_ctx = num_common + K * num_distinct
-    n_q = K if separate_queries else 1
-    M = n_ctx + n_q + K
+    follow the contextual ids, then the next-token ids (M = 34 for the defaults). The two-class case of
+    :func:`syn_medium`: two queries of one class each, or one query shared by both."""
+    if separate_queries:
+        return syn_medium(2, 1, num_common=num_common, num_unique=num_distinct)
+    return syn_medium(1, 2, num_common=num_common, num_unique=num_distinct)
+
+
+def syn_medium(num_last: int, num_next_per_last: int = 2, num_common: int = 10,
+               num_unique: int = 10) -> SequenceClasses:
+    """The Syn-Medium data set of one Fig. 6 panel (``num_last`` queries, ``num_next_per_last`` classes each);
+    num_last = 1 is Syn-Small with one shared query (M = 33)."""
+    for name, value, low in (("num_last", num_last, 1), ("num_next_per_last", num_next_per_last, 1),
+                             ("num_unique", num_unique, 1), ("num_common", num_common, 0)):
+        if value < low:
+            raise ValueError(f"{name}: must be >= {low}, got {value}")
+    K = num_last * num_next_per_last
+    n_ctx = num_common + K * num_unique
+    M = n_ctx + num_last + K
     P = np.zeros((K, M))
     for n in range(K):
         P[n, :num_common] = 1.0
-        lo = num_common + n * num_distinct
-        P[n, lo:lo + num_distinct] = np.linspace(0.1, 1.0, num_distinct)
+        lo = num_common + n * num_unique
+        P[n, lo:lo + num_unique] = np.linspace(0.1, 1.0, num_unique)
     P /= P.sum(1, keepdims=True)
-    psi = n_ctx + (np.arange(K) if separate_queries else np.zeros(K, dtype=int))
-    label = n_ctx + n_q + np.arange(K)
+    psi = n_ctx + np.arange(K) // num_next_per_last
+    label = n_ctx + num_last + np.arange(K)
     return SequenceClasses(P, psi, label)
 
 

@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from verify.models.scan_snap import SequenceClasses
+from verify.models.scan_snap import SequenceClasses, syn_medium  # noqa: F401  (syn_medium: re-exported)
 
 try:
     import torch
@@ -47,25 +47,6 @@ __all__ = ["syn_medium", "ReparamTransformer", "train_reparam", "draw_batches", 
            "descent_rate", "top_distinct"]
 
 
-def syn_medium(num_last: int, num_next_per_last: int = 2, num_common: int = 10,
-               num_unique: int = 10) -> SequenceClasses:
-    """The Syn-Medium data set of one Fig. 6 panel (``num_last`` queries, ``num_next_per_last`` classes each);
-    num_last = 1 is Syn-Small with one shared query (M = 33)."""
-    if num_last < 1 or num_next_per_last < 1 or num_unique < 1 or num_common < 0:
-        raise ValueError(f"num_last: need num_last, num_next_per_last, num_unique >= 1 and num_common >= 0, got "
-                         f"{num_last}, {num_next_per_last}, {num_unique}, {num_common}")
-    K = num_last * num_next_per_last
-    n_ctx = num_common + K * num_unique
-    M = n_ctx + num_last + K
-    P = np.zeros((K, M))
-    for n in range(K):
-        P[n, :num_common] = 1.0
-        lo = num_common + n * num_unique
-        P[n, lo:lo + num_unique] = np.linspace(0.1, 1.0, num_unique)
-    P /= P.sum(1, keepdims=True)
-    psi = n_ctx + np.arange(K) // num_next_per_last
-    label = n_ctx + num_last + np.arange(K)
-    return SequenceClasses(P, psi, label)
 
 
 def recall_curve(c: np.ndarray, classes: SequenceClasses, thresholds) -> np.ndarray:
