@@ -289,26 +289,37 @@ def torch_fig7(ctx):
 
 
 def _fig7(base, per_L, n, curve_L) -> dict:
-    def pick(key):
-        return [base[L][key] for L in curve_L]
+    return _baseline_figure(f"Fig. 7: test loss against depth (n = {n}, d = {D})", "layers / steps L",
+                            "trained transformer (eq. 11)", base, per_L, curve_L, log=True)
 
-    Ls = sorted(per_L)
+
+def _baseline_figure(title: str, xlabel: str, trained: str, base: dict, per: dict, curve, ols: bool = False,
+                     log: bool = False) -> dict:
+    """Figs. 6-7: the closed-form curves over ``curve`` (``base``: one dict of baselines per x), the
+    trained transformer and the simulated algorithms over the trained x (``per``), OLS where asked."""
+    def pick(key):
+        return [base[x][key] for x in curve]
+
+    xs = sorted(per)
 
     def held(key):
-        return [per_L[L]["held-out [mean, s.e.]"][key] for L in Ls]
+        return [per[x]["held-out [mean, s.e.]"][key] for x in xs]
 
-    return lines(f"Fig. 7: test loss against depth (n = {n}, d = {D})", "layers / steps L", "test loss",
-                 [series("trained transformer (eq. 11)", Ls, [x[0] for x in held(TRAINED)], style="o",
-                         yerr=[x[1] for x in held(TRAINED)]),
-                  series("PGD, optimal steps (Theorem 3: multi_layer.optimal_loss)", curve_L,
-                         pick("PGD, optimal steps (Theorem 3)")),
-                  series("PGD, one step (gd_optimal_loss at Sigma = I)", curve_L, pick("PGD, one step")),
-                  series("plain GD, best step (gd_optimal_loss)", curve_L, pick("plain GD, best step")),
-                  series("PGD, one step, simulated", Ls, [x[0] for x in held(PGD)], style="o"),
-                  series("plain GD, simulated", Ls, [x[0] for x in held(GD)], style="o"),
-                  series("authors' code: PGD, grid step, n - 1 examples", curve_L,
-                         pick("code: PGD, grid step, n - 1 examples"), style="--")],
-                 yscale="log")
+    out = [series(trained, xs, [m for m, _ in held(TRAINED)], style="o", yerr=[e for _, e in held(TRAINED)])]
+    if ols:
+        out.append(series("OLS: d - min(n, d) (least_squares.loss)", curve, pick("OLS")))
+    out += [series("PGD, optimal steps (Theorem 3: multi_layer.optimal_loss)", curve,
+                   pick("PGD, optimal steps (Theorem 3)")),
+            series("PGD, one step (gd_optimal_loss at Sigma = I)", curve, pick("PGD, one step")),
+            series("plain GD, best step (gd_optimal_loss)", curve, pick("plain GD, best step")),
+            series("PGD, one step, simulated", xs, [m for m, _ in held(PGD)], style="o"),
+            series("plain GD, simulated", xs, [m for m, _ in held(GD)], style="o"),
+            series("authors' code: PGD, grid step, n - 1 examples", curve,
+                   pick("code: PGD, grid step, n - 1 examples"), style="--")]
+    if ols:
+        out.append(series("authors' code: OLS, n - 1 examples", curve, pick("code: OLS, n - 1 examples"),
+                          style=":"))
+    return lines(title, xlabel, "test loss", out, **({"yscale": "log"} if log else {}))
 
 
 # =====================================================================================
@@ -436,28 +447,8 @@ def torch_fig6(ctx):
 
 
 def _fig6(base, per_n, L, curve_n) -> dict:
-    def pick(key):
-        return [base[n][key] for n in curve_n]
-
-    ns = sorted(per_n)
-
-    def held(key):
-        return [per_n[n]["held-out [mean, s.e.]"][key] for n in ns]
-
-    return lines(f"Fig. 6: test loss against context length (L = {L}, d = {D})", "context length n", "test loss",
-                 [series(f"trained transformer (eq. 11), L = {L}", ns, [x[0] for x in held(TRAINED)], style="o",
-                         yerr=[x[1] for x in held(TRAINED)]),
-                  series("OLS: d - min(n, d) (least_squares.loss)", curve_n, pick("OLS")),
-                  series("PGD, optimal steps (Theorem 3: multi_layer.optimal_loss)", curve_n,
-                         pick("PGD, optimal steps (Theorem 3)")),
-                  series("PGD, one step (gd_optimal_loss at Sigma = I)", curve_n, pick("PGD, one step")),
-                  series("plain GD, best step (gd_optimal_loss)", curve_n, pick("plain GD, best step")),
-                  series("PGD, one step, simulated", ns, [x[0] for x in held(PGD)], style="o"),
-                  series("plain GD, simulated", ns, [x[0] for x in held(GD)], style="o"),
-                  series("authors' code: PGD, grid step, n - 1 examples", curve_n,
-                         pick("code: PGD, grid step, n - 1 examples"), style="--"),
-                  series("authors' code: OLS, n - 1 examples", curve_n, pick("code: OLS, n - 1 examples"),
-                         style=":")])
+    return _baseline_figure(f"Fig. 6: test loss against context length (L = {L}, d = {D})", "context length n",
+                            f"trained transformer (eq. 11), L = {L}", base, per_n, curve_n, ols=True)
 
 
 # =====================================================================================
