@@ -208,6 +208,8 @@ def gdpp_gradient_full(ctx):
 # -- (f) Theorem 4 at three layers: the GD++ optimum against the transformer ---------------------------
 GDPP_OPT = "preconditioned_gd.gdpp.optimal_loss"
 GDPP_PAR = "preconditioned_gd.gdpp.optimal_parameters"
+
+
 @check("preconditioned_gd.gdpp.mc_optimum", covers=[GDPP_OPT, GDPP_PAR, GDPP], method="monte_carlo",
        title="Three GD++ layers at the registered optimum (Theorem 4, Fig. 3c): the transformer's loss by "
              "importance-sampled Monte Carlo against optimal_loss, n = 20 and the paper's n = 10",
