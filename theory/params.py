@@ -390,8 +390,29 @@ def _int_str(n: int) -> str:
     return f"{'-' if n < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
 
 
+#: The plain real scalars validated without numpy (a bool is not among them: ``type(True) is bool``).
+_PLAIN_REALS = (float, int, np.float64)
+
+
+def _plain_real(value: Any) -> float | None:
+    """``float(value)`` for a finite plain Python/numpy float or int, else None (the general
+    path then validates it and words any error): the common case of a scalar parameter, at a
+    tenth of the cost of going through numpy arrays, with the same result."""
+    if type(value) in _PLAIN_REALS:
+        try:
+            x = float(value)
+        except OverflowError:
+            return None
+        if math.isfinite(x):
+            return x
+    return None
+
+
 def _real(p: Param, value: Any):
     """A finite number or a non-empty array of them (a torch tensor is kept as it is)."""
+    x = _plain_real(value)
+    if x is not None:
+        return x
     if _is_torch(value):
         arr = _as_float_array(p, _detached(value))
         out = _torch_float(value)
@@ -405,6 +426,9 @@ def _real(p: Param, value: Any):
 
 def _scalar(p: Param, value: Any, strict: bool):
     """:func:`_real`, and > 0 (``strict``) or >= 0."""
+    x = _plain_real(value)
+    if x is not None and (x > 0 if strict else x >= 0):
+        return x
     out = _real(p, value)
     arr = _as_float_array(p, _detached(out) if _is_torch(out) else out)
     bad = arr <= 0 if strict else arr < 0
