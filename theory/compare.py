@@ -136,7 +136,7 @@ def _numerically_close(a, b, trials=3) -> bool:
     for _ in range(trials):
         point = {s: sp.Rational(rnd.randint(2, 40), rnd.randint(2, 9)) for s in syms}
         try:
-            va, vb = complex(a.subs(point).evalf(30)), complex(b.subs(point).evalf(30))
+            va, vb = complex(a.evalf(30, subs=point)), complex(b.evalf(30, subs=point))
         except (TypeError, ValueError):
             return True  # cannot evaluate numerically: leave it to the symbolic test
         if abs(va.imag) > 1e-25 * (1 + abs(va)) or abs(vb.imag) > 1e-25 * (1 + abs(vb)):
