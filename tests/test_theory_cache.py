@@ -316,3 +316,27 @@ def test_expressions_are_kept_and_a_new_process_does_not_derive(folder):
         p.write_bytes(b"not a pickle")  # a corrupt entry is a miss: derived and written again
     assert fresh(SIGMA).expr == derived
     assert dataclasses.replace(theory.get(SIGMA), _fns={}, derive=refuse).expr == derived
+
+
+def test_a_derivation_outside_the_records_is_kept(folder, monkeypatch):
+    import sympy as sp
+
+    calls = []
+
+    def build():
+        calls.append(1)
+        return (sp.Symbol("n") + 1) / 2
+
+    name, package = "linear_attention.test.example", "theory.linear_attention"
+    first = cache.derivation(name, package, build)
+    assert cache.derivation(name, package, build) == first == (sp.Symbol("n") + 1) / 2
+    assert len(calls) == 1  # the second call loaded the entry
+    (entry,) = folder.glob(f"{name}.sympy.derived.*.expr.pickle")
+    entry.write_bytes(b"not a pickle")  # a corrupt entry is a miss: built and written again
+    assert cache.derivation(name, package, build) == first and len(calls) == 2
+    assert cache.derivation(name, package, build) == first and len(calls) == 2
+    assert cache.info()["entries"] == 1
+    with pytest.raises(ValueError, match="name"):
+        cache.derivation("a/b", package, build)
+    monkeypatch.setenv(cache.ENV, "off")  # off: built every time, nothing written
+    assert cache.derivation(name, package, build) == first and len(calls) == 3

@@ -14,7 +14,8 @@ One entry per record, backend (``numpy``, ``mpmath``, ``torch``) and form (``der
 The sympy expressions themselves (:attr:`theory.ClosedForm.expr`, ``printed_expr``, ``numeric_expr``)
 are kept too, pickled, one entry per record and form (:func:`load_expr`, :func:`store_expr`): deriving
 every record takes about 20 s, loading them all 0.1 s, so symbolic work in a new process (the
-``symbolic_printed_forms`` checks) starts from the derived forms.
+``symbolic_printed_forms`` checks) starts from the derived forms. A derivation outside the records
+that a check needs (:func:`derivation`) is kept the same way.
 An entry is keyed by
 
 * the toolkit's version (the installed distribution ``attention-dynamics-theory``),
@@ -51,8 +52,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["ENV", "DISTRIBUTION", "folder", "enabled", "key", "load", "store", "load_expr", "store_expr", "info",
-           "clear"]
+__all__ = ["ENV", "DISTRIBUTION", "folder", "enabled", "key", "load", "store", "load_expr", "store_expr", "derivation",
+           "info", "clear"]
 
 #: The environment variable: ``off`` turns the cache off, a path relocates it.
 ENV = "ATTENTION_THEORY_CACHE"
@@ -175,6 +176,12 @@ def key(cf, backend: str, form: str, *, version: str | None = None) -> str | Non
     packages = _defining_packages(cf)
     if packages is None:
         return None
+    return _digest(packages, cf.id, backend, form, version)
+
+
+def _digest(packages: list[str], name: str, backend: str, form: str, version: str | None = None) -> str | None:
+    """The key of an entry named ``name`` whose content the source of ``packages`` decides; None
+    when a package's source cannot be read."""
     try:
         sources = {p: _package_hash(p) for p in packages}
     except OSError:
@@ -185,7 +192,7 @@ def key(cf, backend: str, form: str, *, version: str | None = None) -> str | Non
         "sympy": _sympy_version(),
         "core": _core_hash(),
         "sources": sources,
-        "id": cf.id,
+        "id": name,
         "backend": backend,
         "form": form,
         "python": list(sys.version_info[:2]),
@@ -447,6 +454,45 @@ def store_expr(cf, form: str, expr) -> Path | None:
     except Exception:
         return None
     return _write(base, _path(base, cf, "sympy", form, digest, _EXPR_SUFFIX), data)
+
+
+def derivation(name: str, package: str, build: Callable[[], Any]) -> Any:
+    """The sympy result of ``build()``, a derivation outside the records (such as the radical forms
+    of a record that a check compares with), loaded from the cache or built and stored.
+
+    ``name`` names the entry (``<topic>.<part>.<what>``, unique); ``package`` is the package of
+    :mod:`theory` whose source decides the result (with the core modules, sympy's and the toolkit's
+    versions, as for a record's expressions: an edit there misses and builds again). With the cache
+    off, or a result that cannot be pickled, ``build()`` every time. A missing, corrupt or stale
+    entry is a miss.
+    """
+    import importlib
+    import pickle
+
+    if not re.fullmatch(r"[\w.\-]+", name or ""):
+        raise ValueError(f"name: expected letters, digits, '.', '_' or '-', got {name!r}")
+    base = folder()
+    if base is None:
+        return build()
+    importlib.import_module(package)  # its source is part of the key
+    digest = _digest([package], name, "sympy", "derived")
+    if digest is None:
+        return build()
+    path = base / f"{name}.sympy.derived.{digest}{_EXPR_SUFFIX}"
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f)
+        if entry.get("format") == FORMAT and entry.get("key") == digest and entry.get("id") == name:
+            return entry["expr"]
+    except Exception:  # missing, partial, corrupt or stale: build again
+        pass
+    value = build()
+    try:
+        data = pickle.dumps({"format": FORMAT, "key": digest, "id": name, "form": "derived", "expr": value})
+    except Exception:
+        return value
+    _write(base, path, data)
+    return value
 
 
 # -- info and clear -------------------------------------------------------------------

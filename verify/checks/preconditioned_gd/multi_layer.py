@@ -352,10 +352,12 @@ def steps_are_kernel_roots(ctx):
     mpmath's polynomial solver from the exact kernel coefficients (a Hankel solve in rationals): the
     radical forms and the record's mpmath backend at ``dps`` digits, the record's float64 value to
     1e-12. The (n, d) pairs, L and the digits are named settings (``n``, ``d``, ``L``, ``dps``).
-    Cost: 5 s quick (L <= 4), dominated by the radical forms' lambdify."""
+    Cost: about 1.5 s quick (L <= 4) once the radical forms are derived and cached (the first run on a
+    toolkit source derives them: about 3.5 s more)."""
     import mpmath as mp
     import sympy as sp
 
+    from theory import cache
     from theory.preconditioned_gd import sym
     from theory.preconditioned_gd.multi_layer import optimal_steps_of, optimal_steps_value
 
@@ -365,7 +367,10 @@ def steps_are_kernel_roots(ctx):
     dps = ctx.setting("dps")
     sn, sd = sym("n"), sym("d")
     # the radical forms (L <= 3), evaluated in mpmath arithmetic (n, d below 2**60 are exact mpf)
-    forms = {L: sp.lambdify((sn, sd), list(optimal_steps_of(L)), modules="mpmath") for L in layers if L <= 3}
+    # derived once per toolkit source (theory.cache.derivation), then lambdified
+    forms = {L: sp.lambdify((sn, sd), list(cache.derivation(f"preconditioned_gd.multi_layer.optimal_steps_of.L{L}",
+                                                            "theory.preconditioned_gd", lambda L=L: optimal_steps_of(L))),
+                            modules="mpmath") for L in layers if L <= 3}
     record = theory.get(STEPS)
     worst_exact = worst_record = worst_float = worst_recip = worst_shift = 0.0
     rows = {}
