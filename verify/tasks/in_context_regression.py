@@ -301,7 +301,7 @@ def sample_task(rng: np.random.Generator, Lambda, N: int, batch: int) -> Regress
     N = validate.integer("N", N)
     B = validate.integer("batch", batch)
     D = L.shape[0]
-    x = rng.standard_normal((B, N, D)) @ L.T
+    x = rng.standard_normal((B, N, D)) @ np.ascontiguousarray(L.T)  # C order: the stacked product by BLAS
     x_q = rng.standard_normal((B, D)) @ L.T
     w = rng.standard_normal((B, D))
     y = np.einsum("bnd,bd->bn", x, w)
@@ -422,7 +422,7 @@ def sample_sequences(rng: np.random.Generator, Lambda, N_max: int,
     N_max = validate.integer("N_max", N_max)
     B = validate.integer("batch", batch)
     D = L.shape[0]
-    x = rng.standard_normal((B, N_max + 1, D)) @ L.T
+    x = rng.standard_normal((B, N_max + 1, D)) @ np.ascontiguousarray(L.T)  # C order: the stacked product by BLAS
     w = rng.standard_normal((B, D))
     y = np.einsum("bnd,bd->bn", x, w)
     return NextTokenSequences(x=x, w=w, y=y)
