@@ -52,7 +52,7 @@ def _max_abs_z(mean, se, predicted) -> float:
                  Setting("samples", "int", quick=200_000, full=20_000_000, low=10_000, high=10**9,
                          doc="sampled sequences")])
 def mc_moments(ctx):
-    """Sample means of the in-context moments (eqs. 27-31, 43-44) against the closed forms, max |z|
+    """Sample means of the in-context moments (eqs. 27-31, 43-44, App. C.1) against the closed forms, max |z|
     over every entry (Bonferroni); controls: the swapped Kronecker order of E[z z^T], eq. 30 line 2
     as printed, E[beta beta^T] without its 1/N term, and the fourth moment with A taken symmetric.
 

@@ -108,8 +108,10 @@ def mc_gradients(ctx):
 
     Quick profile (4e4 sequences in 200 batches of 200; the smallest deviation it detects, z_crit
     s.e., 0.14-0.26 in the flow's units at seed 0 against the control's 0.46-0.84), seeds 0-19:
-    20/20 pass, worst discrepancy/tolerance 0.588; controls rejected at every seed, max |z| at
-    least 5.4 (mu != 0) and 7.6 (live blocks) times the threshold (expected 5.6 and 7.7 times).
+    20/20 pass, worst discrepancy/tolerance 0.588 (seed 10); controls rejected at every seed, max
+    |z| at least 5.4 (mu != 0) and 7.6 (live blocks) times the threshold (expected 5.6 and 7.7
+    times). The s.e. come from 200 batch gradients: read as t with 199 degrees of freedom, the
+    threshold's family-wise false alarm is about 3.4e-6 rather than 1e-6 (1.3e-6 with 1000 batches).
     """
     from verify.models.linear_attention import MergedLinearAttention
     from verify.models.linear_attention_separate import SeparateLinearAttention

@@ -263,7 +263,7 @@ def lifted_least_squares(ctx):
        settings=[Setting("samples", "int", quick=50_000, full=2_000_000, low=1000, high=10**9,
                          doc="sampled prompts per configuration")])
 def mc_inverse_task(ctx):
-    """Theorem 3's data model at one layer (w* ~ N(0, Sigma^{-1})), d = 5, n = 20 and d = 3, n = 4:
+    """Theorem 3's data model at one layer (w* ~ N(0, Sigma^{-1}), §4.2), d = 5, n = 20 and d = 3, n = 4:
     the Monte Carlo loss at ``n/(n+d+1) Sigma^{-1}`` against ``d(d+1)/(n+d+1)``, and the paired
     gap of the 1.1x step against the exact ``0.01 (d - f*)``; control: Theorem 1's preconditioner
     taken as optimal here (paired gap 0), expected |z| the exact gap over the measured s.e.
