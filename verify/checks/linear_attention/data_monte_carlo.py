@@ -48,9 +48,18 @@ def _max_abs_z(mean, se, predicted) -> float:
                  Setting("D", "int", quick=len(EIGENVALUES), full=len(EIGENVALUES), low=1, high=6,
                          doc="token dimension for a white or power spectrum (a list fixes D; <= 6: "
                              "E[z z^T] has D^4 entries per sequence)"),
-                 Setting("samples", "int", quick=500_000, full=20_000_000, low=10_000, high=10**9,
+                 # quick: the controls' expected max |z| >= 5.6 x the threshold at seeds 0-19 (8.9 x at 5e5)
+                 Setting("samples", "int", quick=200_000, full=20_000_000, low=10_000, high=10**9,
                          doc="sampled sequences")])
 def mc_moments(ctx):
+    """Sample means of the in-context moments (eqs. 27-31, 43-44, App. C.1) against the closed forms, max |z|
+    over every entry (Bonferroni); controls: the swapped Kronecker order of E[z z^T], eq. 30 line 2
+    as printed, E[beta beta^T] without its 1/N term, and the fourth moment with A taken symmetric.
+
+    Quick profile (2e5 sequences), seeds 0-19: 20/20 pass, worst discrepancy/tolerance 0.745
+    (seed 13); every control rejected at every seed, expected max |z| at least 5.6, 683, 11.9 and
+    38 times the threshold (measured at least 5.6, 683, 11.7, 38).
+    """
     rng = ctx.rng
     spec, N = ctx.setting("spectrum"), ctx.setting("N")
     eigenvalues = spec.eigenvalues(ctx.setting("D"))

@@ -83,9 +83,18 @@ def _moment_configs(ctx):
                  Setting("d_small", "int", quick=8, full=32, low=1, high=4096,
                          doc="token dimension d of the third (zero-mean spectrum) configuration"),
                  Setting("T", "int", quick=20, full=64, low=2, high=2000, doc="sequence length T"),
-                 Setting("samples", "int", quick=40_000, full=200_000, low=1000, high=10**8,
+                 # quick: the controls' expected max |z| >= 146 x the threshold at seeds 0-19 (293 x at 4e4)
+                 Setting("samples", "int", quick=10_000, full=200_000, low=1000, high=10**8,
                          doc="random walks per configuration")])
 def mc_moments(ctx):
+    """Monte Carlo mean and variance of u_i over random walks at every position (three
+    configurations) against the exact finite-T Lemma 1, max |z| over all of them; controls: the
+    printed Lemma 1 variance and the selector mean without its centring.
+
+    Quick profile (1e4 walks per configuration), seeds 0-19: 20/20 pass, worst
+    discrepancy/tolerance 0.661 (seed 16); both controls rejected at every seed, expected max |z| at
+    least 146 and 173 times the threshold.
+    """
     rng = ctx.rng
     total = ctx.setting("samples")
     chunk = ctx.pick(quick=4096, full=1024)

@@ -259,9 +259,19 @@ def lifted_least_squares(ctx):
        method="monte_carlo",
        title="One layer under w* ~ N(0, Sigma^{-1}): the loss at n/(n+d+1) Sigma^{-1} is d(d+1)/(n+d+1), "
              "and Theorem 1's preconditioner (with its tr Sigma ridge) is worse",
-       settings=[Setting("samples", "int", quick=200_000, full=2_000_000, low=1000, high=10**9,
+       # quick: the controls' expected |z| >= 6.2 x the threshold 5.16 at seeds 0-19 (12 x at 2e5)
+       settings=[Setting("samples", "int", quick=50_000, full=2_000_000, low=1000, high=10**9,
                          doc="sampled prompts per configuration")])
 def mc_inverse_task(ctx):
+    """Theorem 3's data model at one layer (w* ~ N(0, Sigma^{-1}), §4.2), d = 5, n = 20 and d = 3, n = 4:
+    the Monte Carlo loss at ``n/(n+d+1) Sigma^{-1}`` against ``d(d+1)/(n+d+1)``, and the paired
+    gap of the 1.1x step against the exact ``0.01 (d - f*)``; control: Theorem 1's preconditioner
+    taken as optimal here (paired gap 0), expected |z| the exact gap over the measured s.e.
+
+    Quick profile (5e4 prompts per configuration), seeds 0-19: 20/20 pass, worst
+    discrepancy/tolerance 0.749 (seed 11); both controls rejected at every seed, expected |z| at
+    least 7.8 (d = 5) and 6.2 (d = 3) times the threshold (measured at least 8.1 and 6.1).
+    """
     rng = ctx.rng
     configs = [(distorted_covariance(rng, EXPERIMENT_EIGENVALUES), 20),
                (distorted_covariance(rng, SMALL_EIGENVALUES), 4)]
