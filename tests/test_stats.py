@@ -30,3 +30,18 @@ def test_high_precision_passes_where_the_reference_vanishes(seed):
     res = run_check(get_check("linear_attention.high_precision"), seed=seed)
     assert res.passed, (res.discrepancy, res.tolerance, res.error)
     assert res.details["output_scale_per_id"]["linear_attention.separate.fixed_point_gradient"] > 0.01
+
+
+def test_t_threshold_holds_the_family_wise_rate_with_few_batches():
+    from scipy import stats as sst
+
+    from verify.stats import t_threshold, z_threshold
+
+    for n, dof in ((1, 9), (100, 199), (40, 999)):
+        thr = t_threshold(n, dof)
+        assert 2 * n * sst.t.sf(thr, dof) == pytest.approx(1e-6, rel=1e-6)
+        assert thr > z_threshold(n)  # the normal threshold understates the rate
+    assert t_threshold(100, 10**7) == pytest.approx(z_threshold(100), rel=1e-5)
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="dof"):
+            t_threshold(3, bad)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
+from scipy.special import ndtri, stdtrit
 
-__all__ = ["FALSE_ALARM", "MeanEstimate", "batch_mean", "z_threshold", "max_abs_z", "rel_frobenius",
+__all__ = ["FALSE_ALARM", "MeanEstimate", "batch_mean", "z_threshold", "t_threshold", "max_abs_z", "rel_frobenius",
            "rel_err", "rel_max"]
 
 #: Family-wise false-alarm probability of one Monte Carlo check (per check, per run).
@@ -28,6 +28,20 @@ def z_threshold(n_tests: int, alpha: float = FALSE_ALARM) -> float:
     if not 0 < alpha < 1:
         raise ValueError(f"alpha: must be in (0, 1), got {alpha}")
     return float(-ndtri(alpha / (2 * n_tests)))
+
+
+def t_threshold(n_tests: int, dof: int, alpha: float = FALSE_ALARM) -> float:
+    """:func:`z_threshold` for statistics whose standard error comes from ``dof + 1`` batch means
+    (Student's t with ``dof`` degrees of freedom): the family-wise rate stays ``alpha`` however few
+    batches there are (the normal threshold would understate it: 3.7e-6 instead of 1e-6 at 199
+    degrees of freedom and 100 tests)."""
+    if n_tests < 1:
+        raise ValueError(f"n_tests: must be >= 1, got {n_tests}")
+    if not isinstance(dof, (int, np.integer)) or dof < 1:
+        raise ValueError(f"dof: must be an integer >= 1, got {dof!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha: must be in (0, 1), got {alpha}")
+    return float(-stdtrit(int(dof), alpha / (2 * n_tests)))
 
 
 @dataclass
