@@ -368,9 +368,9 @@ def steps_are_kernel_roots(ctx):
     sn, sd = sym("n"), sym("d")
     # the radical forms (L <= 3), evaluated in mpmath arithmetic (n, d below 2**60 are exact mpf)
     # derived once per toolkit source (theory.cache.derivation), then lambdified
-    forms = {L: sp.lambdify((sn, sd), list(cache.derivation(f"preconditioned_gd.multi_layer.optimal_steps_of.L{L}",
-                                                            "theory.preconditioned_gd", lambda L=L: optimal_steps_of(L))),
-                            modules="mpmath") for L in layers if L <= 3}
+    radical = {L: cache.derivation(f"preconditioned_gd.multi_layer.optimal_steps_of.L{L}", "theory.preconditioned_gd",
+                                   lambda L=L: optimal_steps_of(L)) for L in layers if L <= 3}
+    forms = {L: sp.lambdify((sn, sd), list(r), modules="mpmath") for L, r in radical.items()}
     record = theory.get(STEPS)
     worst_exact = worst_record = worst_float = worst_recip = worst_shift = 0.0
     rows = {}
