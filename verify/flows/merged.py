@@ -111,14 +111,26 @@ def _as_moments(Lambda, N) -> Moments:
 
 
 # -- validation helpers ---------------------------------------------------------------------
-def solve(f, y0: np.ndarray, t_eval: np.ndarray, *, method: str, rtol: float, atol: float, dense: bool):
+def solve(f, y0: np.ndarray, t_eval: np.ndarray, *, method: str, rtol: float, atol: float, dense: bool,
+          jac=None, stop=None):
     """``solve_ivp`` of ``dy/dt = f(t, y)`` from ``y0`` at the times ``t_eval`` (from 0): the states
     (one row per time), the dense solution (or None) and the number of evaluations of ``f``. Only
-    ``t_eval = [0, ...]`` returns ``y0`` without a solve; a failed solve raises ``RuntimeError``."""
+    ``t_eval = [0, ...]`` returns ``y0`` without a solve; a failed solve raises ``RuntimeError``.
+
+    ``jac(t, y)``: the Jacobian of ``f``, passed to the implicit methods (LSODA, Radau, BDF), which
+    otherwise estimate it by finite differences; ignored by the explicit ones. ``stop(t, y)``: a
+    terminal event (``solve_ivp``'s ``events``): the solve ends where it first reaches 0 and only the
+    rows of ``t_eval`` up to there come back. Neither changes the steps the solver takes up to there
+    (the interval is still ``[0, t_eval[-1]]``)."""
     t_end = float(t_eval[-1])
     if t_end == 0.0:
         return np.repeat(y0[None], t_eval.size, axis=0), None, 0
-    res = solve_ivp(f, (0.0, t_end), y0, method=method, t_eval=t_eval, rtol=rtol, atol=atol, dense_output=dense)
+    extra = {"jac": jac} if jac is not None and method in ("LSODA", "Radau", "BDF") else {}
+    if stop is not None:
+        stop.terminal = True
+        extra["events"] = stop
+    res = solve_ivp(f, (0.0, t_end), y0, method=method, t_eval=t_eval, rtol=rtol, atol=atol, dense_output=dense,
+                    **extra)
     if not res.success:
         raise RuntimeError(f"solve_ivp failed: {res.message}")
     return res.y.T, res.sol, int(res.nfev)
