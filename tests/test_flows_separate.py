@@ -114,6 +114,25 @@ def test_integrate_stop_loss_keeps_the_steps_of_the_whole_solve():
         fs.integrate(mo, None, v, k, q, t_eval=t, stop_loss=float("nan"))
 
 
+def test_integrate_past_keeps_a_time_past_the_level():
+    """integrate_past stops below ``level`` with an output time past it, or solves to the end when the output
+    grid has none between the level and the stop."""
+    rng = np.random.default_rng(4)
+    mo = fs.moments(_rotated(rng, SPECTRUM), 31)
+    v, k, q = fs.init_separate(rng, 4, 1, 4, 1e-2)
+    t = np.linspace(0.0, 3000.0, 3001)
+    full = fs.integrate(mo, None, v, k, q, t_eval=t)
+    level = 0.5 * (full.loss[0] + full.loss[-1])
+    res = fs.integrate_past(mo, None, v, k, q, t_eval=t, level=level, stop_loss=0.5 * (level + full.loss[-1]))
+    assert res.t.size < t.size and res.loss[-1] <= level
+    np.testing.assert_array_equal(res.v, full.v[:res.t.size])
+    coarse = t[::1000]                      # no output time between the level and the stop
+    res = fs.integrate_past(mo, None, v, k, q, t_eval=coarse, level=level, stop_loss=level - 1e-9)
+    assert res.t.size == coarse.size
+    with pytest.raises(ValueError, match="stop_loss"):
+        fs.integrate_past(mo, None, v, k, q, t_eval=t, level=level, stop_loss=level)
+
+
 def test_init_separate_statistics():
     """eq. 36/37: E sum v^2 = E sum ||k||^2 = E sum ||q||^2 = w_init^2."""
     rng = np.random.default_rng(3)

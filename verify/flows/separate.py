@@ -28,6 +28,7 @@ gradients              (dv, dk, dq) = -1/(2 tau) dL/d(v, k, q)
 rhs                    right-hand side on the flat state [v, k, q]
 jacobian               its Jacobian (for the implicit solvers)
 integrate              solve_ivp of the flow -> :class:`SeparateFlowResult`
+integrate_past         the same, stopped once the loss is past a level
 conserved              the conservation laws of eqs. 82 and 88
 plateaus               time spent near each predicted level, and the drop times
 first_crossing         first crossing of a level, optionally refined by root finding
@@ -57,6 +58,7 @@ __all__ = [
     "init_aligned_separate",
     "init_separate",
     "integrate",
+    "integrate_past",
     "jacobian",
     "loss",
     "moments",
@@ -410,6 +412,20 @@ def integrate(Lambda, N, v0, k0, q0, *, tau: float = 1.0, t_eval, rtol: float = 
     M = effective_matrix(v, k, q)
     return SeparateFlowResult(t=t_eval[:Y.shape[0]].copy(), v=v, k=k, q=q, M=M, loss=loss(mo, None, M),
                               sol=sol, nfev=nfev, moments=mo)
+
+
+def integrate_past(Lambda, N, v0, k0, q0, *, level: float, stop_loss: float, t_eval, **kwargs) -> SeparateFlowResult:
+    """:func:`integrate` for a check that reads the flow only until the loss crosses ``level``: the solve
+    stops where the loss reaches ``stop_loss`` (below ``level``; ``integrate``'s ``stop_loss``, so what is
+    kept is the whole solve's), or runs to ``t_eval[-1]`` when no output time before the stop has the loss
+    at or below ``level`` (the crossing then lies between the last output time and the stop).
+    ``kwargs`` go to :func:`integrate`."""
+    if not float(stop_loss) < float(level):
+        raise ValueError(f"stop_loss: expected a level below level = {level!r}, got {stop_loss!r}")
+    res = integrate(Lambda, N, v0, k0, q0, t_eval=t_eval, stop_loss=stop_loss, **kwargs)
+    if res.t.size < np.size(t_eval) and not np.any(res.loss <= level):
+        res = integrate(Lambda, N, v0, k0, q0, t_eval=t_eval, **kwargs)
+    return res
 
 
 # -- conservation laws ------------------------------------------------------------------------

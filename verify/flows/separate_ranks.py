@@ -138,12 +138,9 @@ def gaussian_first_drop(mo, Lam, N: int, lam, levels, rng, wg: float) -> dict:
     T = 30.0 * TAU / (lam[0] ** 2 * wg)
     t = np.concatenate([[0.0], np.geomspace(1e-2, T, 1500)])
     mid = 0.5 * (levels[0] + levels[1])
-    # only the first drop is read: the solve stops three quarters of the way down it (the steps up to there are
-    # those of the solve to T, so t_1 is the same), unless no output time lies between the midpoint and the stop
-    r = fs.integrate(mo, None, v0, k0, q0, tau=TAU, t_eval=t, rtol=RTOL, method="LSODA", dense=True,
-                     stop_loss=levels[1] + 0.25 * (levels[0] - levels[1]))
-    if r.t.size < t.size and not np.any(r.loss <= mid):
-        r = fs.integrate(mo, None, v0, k0, q0, tau=TAU, t_eval=t, rtol=RTOL, method="LSODA", dense=True)
+    # only the first drop is read: the solve stops three quarters of the way down it (t_1 is the same)
+    r = fs.integrate_past(mo, None, v0, k0, q0, level=mid, stop_loss=levels[1] + 0.25 * (levels[0] - levels[1]),
+                          tau=TAU, t_eval=t, rtol=RTOL, method="LSODA", dense=True)
     t1 = fs.first_crossing(r.t, r.loss, mid, func=r.loss_at)
     esc1 = float(_cf("linear_attention.separate.escape_time", Lambda=Lam, N=N, m=1, tau=TAU, w_init=wg))
     return {"t_1": t1, "t_1 / escape_time(w_init)": t1 / esc1,

@@ -318,14 +318,10 @@ def flow_gaussian_escape(ctx):
             t_lin = min(t_heads)
             if not np.isfinite(t_lin):
                 raise ValueError(f"w_init: at {s:g} no head's linearised flow escapes")
-            # only the first drop is read: the solve stops three quarters of the way down it (the steps up to
-            # there are those of the solve to 1.5 t_lin, so t_1 is the same), unless no output time lies between
-            # the midpoint and the stop, where it goes to 1.5 t_lin
-            grid = np.linspace(0.0, 1.5 * t_lin, 20001)
-            res = fs.integrate(Lam, N, s * v1, s * k1, s * q1, t_eval=grid,
-                               stop_loss=levels[1] + 0.25 * (levels[0] - levels[1]))
-            if res.t.size < grid.size and not np.any(res.loss <= mid):
-                res = fs.integrate(Lam, N, s * v1, s * k1, s * q1, t_eval=grid)
+            # only the first drop is read: the solve stops three quarters of the way down it (t_1 is the same)
+            res = fs.integrate_past(Lam, N, s * v1, s * k1, s * q1, level=mid,
+                                    stop_loss=levels[1] + 0.25 * (levels[0] - levels[1]),
+                                    t_eval=np.linspace(0.0, 1.5 * t_lin, 20001))
             t1 = _drop_time(res, mid)
             lead = int(np.argmin(t_heads))
             r71 = t1 * lam[0] ** 2 * abs(s * v1[lead])
