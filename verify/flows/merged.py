@@ -282,6 +282,12 @@ def rhs(Lambda, N, tau: float = 1.0) -> Callable[[float, np.ndarray], np.ndarray
     return f
 
 
+def _vec_gradient(mo: Moments, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(C, l2)`` with ``vec_C(G) / tau = l2 - C vec_C(M)``: ``C = A (x) Lambda / tau`` (C-order vec,
+    ``vec_C(A M Lambda) = (A (x) Lambda^T) vec_C(M)``) and ``l2 = vec_C(Lambda^2) / tau``."""
+    return np.kron(mo.A, mo.Lambda.T) / tau, np.ascontiguousarray(mo.L2).ravel() / tau
+
+
 def jacobian(Lambda, N, H: int, tau: float = 1.0) -> Callable[[float, np.ndarray], np.ndarray]:
     """Jacobian ``J(t, y) = d f / d y`` of :func:`rhs` on ``y = [v, U.ravel()]`` (dense, symmetric).
 
@@ -293,11 +299,9 @@ def jacobian(Lambda, N, H: int, tau: float = 1.0) -> Callable[[float, np.ndarray
     """
     mo = _as_moments(Lambda, N)
     H = validate.integer("H", H)
-    tau = validate.positive("tau", tau)
+    C, l2 = _vec_gradient(mo, validate.positive("tau", tau))
     D = mo.D
     D2 = D * D
-    C = np.kron(mo.A, mo.Lambda.T) / tau
-    l2 = np.ascontiguousarray(mo.L2).ravel() / tau
     rows = np.repeat(np.arange(H), D2)
     cols = H + np.arange(H * D2)
 

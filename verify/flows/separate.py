@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import validate
-from .merged import Moments, _as_moments, loss, moments, solve
+from .merged import Moments, _as_moments, _vec_gradient, loss, moments, solve
 
 __all__ = [
     "deviations",
@@ -220,13 +220,12 @@ def gradients(Lambda, N, v, k, q, tau: float = 1.0):
 
 
 def _flow_constants(Lambda, N, H, R, tau):
-    """``(moments, D, C, l2)``: ``vec_C(G) = l2 - C vec_C(M)`` with ``C = A (x) Lambda / tau`` (C-order
-    vec: ``vec_C(A M Lambda) = (A (x) Lambda^T) vec_C(M)``) and ``l2 = vec_C(Lambda^2) / tau``."""
+    """``(moments, H, R, C, l2)``: the validated sizes and ``vec_C(G) = l2 - C vec_C(M)``
+    (:func:`verify.flows.merged._vec_gradient`)."""
     mo = _as_moments(Lambda, N)
-    validate.integer("H", H), validate.integer("R", R)
-    tau = validate.positive("tau", tau)
-    C = np.kron(mo.A, mo.Lambda.T) / tau
-    return mo, mo.D, C, np.ascontiguousarray(mo.L2).ravel() / tau
+    H, R = validate.integer("H", H), validate.integer("R", R)
+    C, l2 = _vec_gradient(mo, validate.positive("tau", tau))
+    return mo, H, R, C, l2
 
 
 def rhs(Lambda, N, H: int, R: int = 1, tau: float = 1.0) -> Callable[[float, np.ndarray], np.ndarray]:
@@ -236,8 +235,8 @@ def rhs(Lambda, N, H: int, R: int = 1, tau: float = 1.0) -> Callable[[float, np.
     Cost per call O(H R D^2 + D^4), in about ten numpy calls (at D = 3-8 the cost of a call, not
     its arithmetic, is what counts: ``G`` is one ``D^2 x D^2`` product with ``vec M``).
     """
-    mo, D, C, l2 = _flow_constants(Lambda, N, H, R, tau)
-    H, R = int(H), int(R)
+    mo, H, R, C, l2 = _flow_constants(Lambda, N, H, R, tau)
+    D = mo.D
     P, n = H * R, H * R * D
 
     def f(t, y):
@@ -272,8 +271,8 @@ def jacobian(Lambda, N, H: int, R: int = 1, tau: float = 1.0) -> Callable[[float
     Given to the implicit solvers (LSODA's stiff phase, Radau, BDF) in place of finite differences,
     which cost ``n`` evaluations of ``f`` each.
     """
-    mo, D, C, l2 = _flow_constants(Lambda, N, H, R, tau)
-    H, R = int(H), int(R)
+    mo, H, R, C, l2 = _flow_constants(Lambda, N, H, R, tau)
+    D = mo.D
     P, n = H * R, H * R * D
     size = H + 2 * n
     A, Lam = mo.A, mo.Lambda / float(tau)
