@@ -318,9 +318,9 @@ def flow_gaussian_escape(ctx):
             t_lin = min(t_heads)
             if not np.isfinite(t_lin):
                 raise ValueError(f"w_init: at {s:g} no head's linearised flow escapes")
-            # only the first drop is read: the solve stops three quarters of the way down it (t_1 is the same)
+            # only the first drop is read: the solve stops 95 % of the way down it (t_1 is the same)
             res = fs.integrate_past(Lam, N, s * v1, s * k1, s * q1, level=mid,
-                                    stop_loss=levels[1] + 0.25 * (levels[0] - levels[1]),
+                                    stop_loss=levels[1] + 0.05 * (levels[0] - levels[1]),
                                     t_eval=np.linspace(0.0, 1.5 * t_lin, 20001))
             t1 = _drop_time(res, mid)
             lead = int(np.argmin(t_heads))
