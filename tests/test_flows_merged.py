@@ -45,6 +45,30 @@ def test_rhs_is_minus_half_gradient_of_the_loss(seed, H, N):
     np.testing.assert_allclose(g, -0.5 * fd / tau, rtol=1e-7, atol=1e-7 * (1 + np.abs(fd).max()))
 
 
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), H=st.integers(1, 4), D=st.integers(2, 4))
+def test_jacobian_is_the_derivative_of_rhs(seed, H, D):
+    """jacobian(...)(t, y) against central differences of rhs(...), and symmetric (f is -1/2 a gradient)."""
+    rng = np.random.default_rng(seed)
+    mo = fm.moments(_rotated(rng, SPECTRUM[:D]), 7)
+    y = np.concatenate([rng.normal(size=H), rng.normal(size=H * D * D) / 2])
+    tau = 0.7
+    f = fm.rhs(mo, None, tau)
+    J = fm.jacobian(mo, None, H, tau)(0.0, y)
+    h = 1e-5
+    fd = np.array([(f(0.0, y + h * e) - f(0.0, y - h * e)) / (2 * h) for e in np.eye(y.size)]).T
+    assert J.shape == (y.size, y.size)
+    np.testing.assert_allclose(J, fd, rtol=0, atol=1e-8 * (1 + np.abs(fd).max()))
+    np.testing.assert_allclose(J, J.T, rtol=0, atol=1e-14 * np.abs(J).max())
+    assert np.abs(J).max() > 1e-3
+    # LSODA with it agrees with DOP853 along a flow
+    v0, U0 = fm.init_merged(rng, H, D, 0.1)
+    t = np.linspace(0.0, 200.0, 21)
+    a = fm.integrate(mo, None, v0, U0, t_eval=t, method="LSODA", rtol=1e-10)
+    b = fm.integrate(mo, None, v0, U0, t_eval=t, rtol=1e-10)
+    np.testing.assert_allclose(a.loss, b.loss, rtol=1e-6)
+
+
 def test_loss_and_gradient_equal_theory_records():
     rng = np.random.default_rng(1)
     Lam = _rotated(rng, SPECTRUM)

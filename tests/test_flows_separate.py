@@ -45,6 +45,25 @@ def test_rhs_is_minus_half_gradient_of_the_loss(seed, H, R, N):
     np.testing.assert_allclose(fs._pack(dv, dk, dq), g, rtol=1e-13, atol=1e-14)
 
 
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), H=st.integers(1, 3), R=st.integers(1, 3), D=st.integers(2, 4))
+def test_jacobian_is_the_derivative_of_rhs(seed, H, R, D):
+    """jacobian(...)(t, y) against central differences of rhs(...) (f is cubic in y: truncation ~ h^2 |f'''|),
+    and symmetric (f is -1/2 the gradient of the loss)."""
+    rng = np.random.default_rng(seed)
+    mo = fs.moments(_rotated(rng, SPECTRUM[:D]), 7)
+    y = fs._pack(rng.normal(size=H), rng.normal(size=(H, R, D)) / 2, rng.normal(size=(H, R, D)) / 2)
+    tau = 0.7
+    f = fs.rhs(mo, None, H, R, tau)
+    J = fs.jacobian(mo, None, H, R, tau)(0.0, y)
+    h = 1e-5
+    fd = np.array([(f(0.0, y + h * e) - f(0.0, y - h * e)) / (2 * h) for e in np.eye(y.size)]).T
+    assert J.shape == (y.size, y.size)
+    np.testing.assert_allclose(J, fd, rtol=0, atol=1e-8 * (1 + np.abs(fd).max()))
+    np.testing.assert_allclose(J, J.T, rtol=0, atol=1e-14 * np.abs(J).max())
+    assert np.abs(J).max() > 1e-3       # not trivially zero
+
+
 def test_loss_is_the_merged_loss_of_the_effective_matrix():
     rng = np.random.default_rng(1)
     Lam = _rotated(rng, SPECTRUM)
@@ -71,6 +90,47 @@ def test_conservation_laws_under_integrate():
     y1 = y + 5.0 * fs.rhs(Lam, 31, 3, 2)(0.0, y)
     _, kv1 = fs.conserved(*fs._unpack(y1, 3, 2, 4))
     assert np.max(np.abs(kv1 - kv[0])) > 1e-6
+
+
+def test_integrate_stop_loss_keeps_the_steps_of_the_whole_solve():
+    """stop_loss ends the solve at a loss level; the part kept is the whole solve's, to the last bit; LSODA
+    with the analytic Jacobian agrees with DOP853 to its tolerance."""
+    rng = np.random.default_rng(4)
+    mo = fs.moments(_rotated(rng, SPECTRUM), 31)
+    v, k, q = fs.init_separate(rng, 4, 1, 4, 1e-2)
+    t = np.linspace(0.0, 3000.0, 3001)
+    full = fs.integrate(mo, None, v, k, q, t_eval=t, dense=True)
+    level = 0.5 * (full.loss[0] + full.loss[-1])
+    part = fs.integrate(mo, None, v, k, q, t_eval=t, dense=True, stop_loss=level)
+    m = part.t.size
+    assert 1 < m < t.size and part.loss[-1] > level and full.loss[m] <= level
+    np.testing.assert_array_equal(part.t, t[:m])
+    np.testing.assert_array_equal(part.v, full.v[:m])
+    np.testing.assert_array_equal(part.k, full.k[:m])
+    assert part.loss_at(0.5 * part.t[-1]) == full.loss_at(0.5 * part.t[-1])
+    stiff = fs.integrate(mo, None, v, k, q, t_eval=t, method="LSODA", rtol=1e-10)
+    np.testing.assert_allclose(stiff.loss, full.loss, rtol=1e-6)
+    with pytest.raises(ValueError, match="stop_loss"):
+        fs.integrate(mo, None, v, k, q, t_eval=t, stop_loss=float("nan"))
+
+
+def test_integrate_past_keeps_a_time_past_the_level():
+    """integrate_past stops below ``level`` with an output time past it, or solves to the end when the output
+    grid has none between the level and the stop."""
+    rng = np.random.default_rng(4)
+    mo = fs.moments(_rotated(rng, SPECTRUM), 31)
+    v, k, q = fs.init_separate(rng, 4, 1, 4, 1e-2)
+    t = np.linspace(0.0, 3000.0, 3001)
+    full = fs.integrate(mo, None, v, k, q, t_eval=t)
+    level = 0.5 * (full.loss[0] + full.loss[-1])
+    res = fs.integrate_past(mo, None, v, k, q, t_eval=t, level=level, stop_loss=0.5 * (level + full.loss[-1]))
+    assert res.t.size < t.size and res.loss[-1] <= level
+    np.testing.assert_array_equal(res.v, full.v[:res.t.size])
+    coarse = t[::1000]                      # no output time between the level and the stop
+    res = fs.integrate_past(mo, None, v, k, q, t_eval=coarse, level=level, stop_loss=level - 1e-9)
+    assert res.t.size == coarse.size
+    with pytest.raises(ValueError, match="stop_loss"):
+        fs.integrate_past(mo, None, v, k, q, t_eval=t, level=level, stop_loss=level)
 
 
 def test_init_separate_statistics():

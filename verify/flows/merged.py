@@ -26,6 +26,7 @@ Contents
 init_merged      eq.-34 random initialisation
 init_aligned     balanced, aligned initialisation (the assumption behind eq. 10)
 rhs              right-hand side on the flat state ``[v, vec_C(U)]``
+jacobian         its Jacobian (for the implicit solvers)
 integrate        solve_ivp of the flow -> :class:`FlowResult`
 loss             L(M), vectorised over a leading time axis
 gd               discrete gradient descent on the exact loss
@@ -44,7 +45,7 @@ from scipy.integrate import solve_ivp
 
 from .. import validate
 
-__all__ = ["FlowResult", "Moments", "moments", "init_merged", "init_aligned", "rhs", "integrate", "solve",
+__all__ = ["FlowResult", "Moments", "moments", "init_merged", "init_aligned", "rhs", "jacobian", "integrate", "solve",
            "loss", "gradient", "gd", "s_eff", "conserved", "half_time", "effective_matrix"]
 
 
@@ -111,14 +112,26 @@ def _as_moments(Lambda, N) -> Moments:
 
 
 # -- validation helpers ---------------------------------------------------------------------
-def solve(f, y0: np.ndarray, t_eval: np.ndarray, *, method: str, rtol: float, atol: float, dense: bool):
+def solve(f, y0: np.ndarray, t_eval: np.ndarray, *, method: str, rtol: float, atol: float, dense: bool,
+          jac=None, stop=None):
     """``solve_ivp`` of ``dy/dt = f(t, y)`` from ``y0`` at the times ``t_eval`` (from 0): the states
     (one row per time), the dense solution (or None) and the number of evaluations of ``f``. Only
-    ``t_eval = [0, ...]`` returns ``y0`` without a solve; a failed solve raises ``RuntimeError``."""
+    ``t_eval = [0, ...]`` returns ``y0`` without a solve; a failed solve raises ``RuntimeError``.
+
+    ``jac(t, y)``: the Jacobian of ``f``, passed to the implicit methods (LSODA, Radau, BDF), which
+    otherwise estimate it by finite differences; ignored by the explicit ones. ``stop(t, y)``: a
+    terminal event (``solve_ivp``'s ``events``): the solve ends where it first reaches 0 and only the
+    rows of ``t_eval`` up to there come back. Neither changes the steps the solver takes up to there
+    (the interval is still ``[0, t_eval[-1]]``)."""
     t_end = float(t_eval[-1])
     if t_end == 0.0:
         return np.repeat(y0[None], t_eval.size, axis=0), None, 0
-    res = solve_ivp(f, (0.0, t_end), y0, method=method, t_eval=t_eval, rtol=rtol, atol=atol, dense_output=dense)
+    extra = {"jac": jac} if jac is not None and method in ("LSODA", "Radau", "BDF") else {}
+    if stop is not None:
+        stop.terminal = True
+        extra["events"] = stop
+    res = solve_ivp(f, (0.0, t_end), y0, method=method, t_eval=t_eval, rtol=rtol, atol=atol, dense_output=dense,
+                    **extra)
     if not res.success:
         raise RuntimeError(f"solve_ivp failed: {res.message}")
     return res.y.T, res.sol, int(res.nfev)
@@ -269,6 +282,46 @@ def rhs(Lambda, N, tau: float = 1.0) -> Callable[[float, np.ndarray], np.ndarray
     return f
 
 
+def _vec_gradient(mo: Moments, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(C, l2)`` with ``vec_C(G) / tau = l2 - C vec_C(M)``: ``C = A (x) Lambda / tau`` (C-order vec,
+    ``vec_C(A M Lambda) = (A (x) Lambda^T) vec_C(M)``) and ``l2 = vec_C(Lambda^2) / tau``."""
+    return np.kron(mo.A, mo.Lambda.T) / tau, np.ascontiguousarray(mo.L2).ravel() / tau
+
+
+def jacobian(Lambda, N, H: int, tau: float = 1.0) -> Callable[[float, np.ndarray], np.ndarray]:
+    """Jacobian ``J(t, y) = d f / d y`` of :func:`rhs` on ``y = [v, U.ravel()]`` (dense, symmetric).
+
+    ``f = J_M^T vec G`` with ``J_M = d vec M / d y`` (columns ``vec U_i`` for ``v_i``, ``v_i e_ab`` for
+    ``U_i^ab``) and ``vec G = vec(Lambda^2) / tau - C vec M``, ``C = A (x) Lambda / tau`` (C-order vec), so
+    ``J = -J_M^T C J_M`` plus ``G_ab`` at ``(v_i, U_i^ab)`` and ``(U_i^ab, v_i)``. Given to the implicit
+    solvers (LSODA's stiff phase, Radau, BDF) in place of finite differences (``H + H D^2`` evaluations
+    of ``f`` each).
+    """
+    mo = _as_moments(Lambda, N)
+    H = validate.integer("H", H)
+    C, l2 = _vec_gradient(mo, validate.positive("tau", tau))
+    D = mo.D
+    D2 = D * D
+    rows = np.repeat(np.arange(H), D2)
+    cols = H + np.arange(H * D2)
+
+    def jac(t, y):
+        v = y[:H]
+        Uf = y[H:].reshape(H, D2)
+        g = l2 - C @ (v @ Uf)
+        UC = Uf @ C
+        J = np.empty((H + H * D2, H + H * D2))
+        J[:H, :H] = -(UC @ Uf.T)
+        vU = (-UC[:, None, :] * v[None, :, None]).reshape(H, H * D2)
+        vU[rows, cols - H] += np.tile(g, H)
+        J[:H, H:] = vU
+        J[H:, :H] = vU.T
+        J[H:, H:] = (np.multiply.outer(-v, v)[:, None, :, None] * C[None, :, None, :]).reshape(H * D2, H * D2)
+        return J
+
+    return jac
+
+
 def _pack(v, U) -> np.ndarray:
     return np.concatenate([v, U.ravel()])
 
@@ -398,7 +451,8 @@ def integrate(Lambda, N, v0, U0, *, tau: float = 1.0, t_eval, rtol: float = 1e-1
     atol = validate.positive("atol", atol)
     H, D = v0.shape[0], mo.D
     f = rhs(mo, None, tau)
-    Y, sol, nfev = solve(f, y0, t_eval, method=method, rtol=rtol, atol=atol, dense=dense)
+    Y, sol, nfev = solve(f, y0, t_eval, method=method, rtol=rtol, atol=atol, dense=dense,
+                         jac=jacobian(mo, None, H, tau))
     v, U = _unpack(Y, H, D)
     M = effective_matrix(v, U)
     return FlowResult(t=t_eval.copy(), v=v, U=U, M=M, loss=loss(mo, None, M), sol=sol, nfev=nfev)

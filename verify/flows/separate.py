@@ -26,7 +26,9 @@ init_aligned_separate  balanced, aligned start (the manifold on which eq. 21 is 
 effective_matrix       M = sum v_i k_ir q_ir^T
 gradients              (dv, dk, dq) = -1/(2 tau) dL/d(v, k, q)
 rhs                    right-hand side on the flat state [v, k, q]
+jacobian               its Jacobian (for the implicit solvers)
 integrate              solve_ivp of the flow -> :class:`SeparateFlowResult`
+integrate_past         the same, stopped once the loss is past a level
 conserved              the conservation laws of eqs. 82 and 88
 plateaus               time spent near each predicted level, and the drop times
 first_crossing         first crossing of a level, optionally refined by root finding
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import validate
-from .merged import Moments, _as_moments, loss, moments, solve
+from .merged import Moments, _as_moments, _vec_gradient, loss, moments, solve
 
 __all__ = [
     "deviations",
@@ -56,6 +58,8 @@ __all__ = [
     "init_aligned_separate",
     "init_separate",
     "integrate",
+    "integrate_past",
+    "jacobian",
     "loss",
     "moments",
     "plateaus",
@@ -215,36 +219,95 @@ def gradients(Lambda, N, v, k, q, tau: float = 1.0):
     return dv, dk, dq
 
 
+def _flow_constants(Lambda, N, H, R, tau):
+    """``(moments, H, R, C, l2)``: the validated sizes and ``vec_C(G) = l2 - C vec_C(M)``
+    (:func:`verify.flows.merged._vec_gradient`)."""
+    mo = _as_moments(Lambda, N)
+    H, R = validate.integer("H", H), validate.integer("R", R)
+    C, l2 = _vec_gradient(mo, validate.positive("tau", tau))
+    return mo, H, R, C, l2
+
+
 def rhs(Lambda, N, H: int, R: int = 1, tau: float = 1.0) -> Callable[[float, np.ndarray], np.ndarray]:
     """Right-hand side ``f(t, y)`` on the flat state ``y = [v, k.ravel(), q.ravel()]``.
 
     ``k.ravel()``, ``q.ravel()`` are numpy's C order of the (H, R, D) arrays.
-    Cost per call O(H R D^2 + D^3).
+    Cost per call O(H R D^2 + D^4), in about ten numpy calls (at D = 3-8 the cost of a call, not
+    its arithmetic, is what counts: ``G`` is one ``D^2 x D^2`` product with ``vec M``).
     """
-    mo = _as_moments(Lambda, N)
-    H, R = validate.integer("H", H), validate.integer("R", R)
-    tau = validate.positive("tau", tau)
+    mo, H, R, C, l2 = _flow_constants(Lambda, N, H, R, tau)
     D = mo.D
-    L2, A, Lam = mo.L2, mo.A, mo.Lambda
-    inv_tau = 1.0 / tau
-    n = H * R * D
+    P, n = H * R, H * R * D
 
     def f(t, y):
         v = y[:H]
-        k = y[H:H + n].reshape(H, R, D)
-        q = y[H + n:].reshape(H, R, D)
-        M = np.einsum("i,ird,ire->de", v, k, q)
-        G = L2 - A @ M @ Lam
-        if inv_tau != 1.0:
-            G *= inv_tau
-        Gq = q @ G.T
+        vr = v if R == 1 else np.repeat(v, R)       # the value weight of each piece (i, r)
+        K = y[H:H + n].reshape(P, D)
+        Q = y[H + n:].reshape(P, D)
+        Kv = K * vr[:, None]
+        G = np.subtract(l2, C @ (Kv.T @ Q).ravel()).reshape(D, D)     # M = sum_p v k_p q_p^T
+        QGt = Q @ G.T                                                # rows G q_p
         out = np.empty_like(y)
-        out[:H] = np.einsum("ird,ird->i", k, Gq)
-        out[H:H + n] = (v[:, None, None] * Gq).ravel()
-        out[H + n:] = (v[:, None, None] * (k @ G)).ravel()
+        dv = np.vecdot(K, QGt)                                       # k_p^T G q_p
+        out[:H] = dv if R == 1 else dv.reshape(H, R).sum(1)
+        np.multiply(QGt, vr[:, None], out=out[H:H + n].reshape(P, D))
+        np.matmul(Kv, G, out=out[H + n:].reshape(P, D))               # v G^T k_p
         return out
 
     return f
+
+
+def jacobian(Lambda, N, H: int, R: int = 1, tau: float = 1.0) -> Callable[[float, np.ndarray], np.ndarray]:
+    """Jacobian ``J(t, y) = d f / d y`` of :func:`rhs` (dense, ``n x n``, ``n = H + 2 H R D``; symmetric,
+    ``f`` being ``-1/2`` the gradient of a loss).
+
+    ``f = J_M^T vec G`` with ``J_M = d vec M / d y``, so ``J = -J_M^T C J_M + sum_ab G_ab d^2 M_ab / dy^2``.
+    Every column of ``J_M`` is (a sum over ``r`` of) ``vec(x y^T)``: ``k_ir q_ir^T`` for ``v_i``,
+    ``v_i e_a q_ir^T`` for ``k_ir^a``, ``v_i k_ir e_b^T`` for ``q_ir^b``; and ``<vec(x y^T), C vec(x' y'^T)>
+    = (x^T A x') (y^T Lambda y') / tau``, so the first term is the Hadamard product ``-(X A X^T) * (Y Lambda
+    Y^T) / tau`` of two small Gram matrices. The second couples ``v_i`` with ``k_ir`` (``G q_ir``) and
+    ``q_ir`` (``G^T k_ir``), and ``k_ir`` with ``q_ir`` (``v_i G``).
+
+    Given to the implicit solvers (LSODA's stiff phase, Radau, BDF) in place of finite differences,
+    which cost ``n`` evaluations of ``f`` each.
+    """
+    mo, H, R, C, l2 = _flow_constants(Lambda, N, H, R, tau)
+    D = mo.D
+    P, n = H * R, H * R * D
+    size = H + 2 * n
+    A, Lam = mo.A, mo.Lambda / float(tau)
+    p, a, b = (x.ravel() for x in np.meshgrid(np.arange(P), np.arange(D), np.arange(D), indexing="ij"))
+    k_a, q_b = H + p * D + a, H + n + p * D + b          # entries (k_{p,a}, q_{p,b}) of one piece
+    v_p, k_pc = np.repeat(np.arange(P) // R, D), H + np.arange(n)     # (v_i, k_{p,c}), p in head i
+    q_pc = k_pc + n
+    eye = np.eye(D)
+
+    def jac(t, y):
+        v = y[:H]
+        vr = v if R == 1 else np.repeat(v, R)
+        K = y[H:H + n].reshape(P, D)
+        Q = y[H + n:].reshape(P, D)
+        G = np.subtract(l2, C @ ((K * vr[:, None]).T @ Q).ravel()).reshape(D, D)
+        E = (vr[:, None, None] * eye).reshape(n, D)       # rows v_p e_c
+        X = np.concatenate([K, E, np.repeat(K, D, axis=0)])
+        Y = np.concatenate([Q, np.repeat(Q, D, axis=0), E])
+        J = (X @ A) @ X.T
+        J *= (Y @ Lam) @ Y.T
+        np.negative(J, out=J)
+        if R > 1:                                          # v_i's column is the sum over its R pieces
+            J = np.concatenate([J[:P].reshape(H, R, -1).sum(1), J[P:]])
+            J = np.concatenate([J[:, :P].reshape(size, H, R).sum(2), J[:, P:]], axis=1)
+        GQ, GK = (Q @ G.T).ravel(), (K @ G).ravel()
+        J[v_p, k_pc] += GQ
+        J[k_pc, v_p] += GQ
+        J[v_p, q_pc] += GK
+        J[q_pc, v_p] += GK
+        kq = vr[p] * G[a, b]
+        J[k_a, q_b] += kq
+        J[q_b, k_a] += kq
+        return J
+
+    return jac
 
 
 @dataclass
@@ -289,7 +352,8 @@ class SeparateFlowResult:
 
 
 def integrate(Lambda, N, v0, k0, q0, *, tau: float = 1.0, t_eval, rtol: float = 1e-10,
-              atol: float | None = None, method: str = "DOP853", dense: bool = False) -> SeparateFlowResult:
+              atol: float | None = None, method: str = "DOP853", dense: bool = False,
+              stop_loss: float | None = None) -> SeparateFlowResult:
     """Integrate the exact gradient flow (eq. 14 / 83, reduced form) from ``(v0, k0, q0)``.
 
     Parameters
@@ -311,6 +375,11 @@ def integrate(Lambda, N, v0, k0, q0, *, tau: float = 1.0, t_eval, rtol: float = 
         ``solve_ivp`` method.
     dense : bool
         Keep the dense output.
+    stop_loss : float, optional
+        End the solve where the loss first falls to this level (a terminal event): the result
+        then holds only the times of ``t_eval`` up to there. The steps up to there are those of
+        the whole solve (the interval is still ``[0, t_eval[-1]]``), so every number read from
+        the part kept is the same; a check that needs a later time integrates without it.
 
     Returns
     -------
@@ -328,11 +397,34 @@ def integrate(Lambda, N, v0, k0, q0, *, tau: float = 1.0, t_eval, rtol: float = 
         atol = 1e-12 * scale**3 if scale > 0 else 1e-300
     atol = validate.positive("atol", atol)
     f = rhs(mo, None, H, R, tau)
-    Y, sol, nfev = solve(f, y0, t_eval, method=method, rtol=rtol, atol=atol, dense=dense)
+    stop = None
+    if stop_loss is not None:
+        level = float(stop_loss)
+        if not np.isfinite(level):
+            raise ValueError(f"stop_loss: expected a finite loss level, got {stop_loss!r}")
+
+        def stop(t, y):
+            return float(loss(mo, None, effective_matrix(*_unpack(y, H, R, D)))) - level
+    Y, sol, nfev = solve(f, y0, t_eval, method=method, rtol=rtol, atol=atol, dense=dense,
+                         jac=jacobian(mo, None, H, R, tau), stop=stop)
     v, k, q = _unpack(Y, H, R, D)
     M = effective_matrix(v, k, q)
-    return SeparateFlowResult(t=t_eval.copy(), v=v, k=k, q=q, M=M, loss=loss(mo, None, M),
+    return SeparateFlowResult(t=t_eval[:Y.shape[0]].copy(), v=v, k=k, q=q, M=M, loss=loss(mo, None, M),
                               sol=sol, nfev=nfev, moments=mo)
+
+
+def integrate_past(Lambda, N, v0, k0, q0, *, level: float, stop_loss: float, t_eval, **kwargs) -> SeparateFlowResult:
+    """:func:`integrate` for a check that reads the flow only until the loss crosses ``level``: the solve
+    stops where the loss reaches ``stop_loss`` (below ``level``; ``integrate``'s ``stop_loss``, so what is
+    kept is the whole solve's), or runs to ``t_eval[-1]`` when no output time before the stop has the loss
+    at or below ``level`` (the crossing then lies between the last output time and the stop).
+    ``kwargs`` go to :func:`integrate`."""
+    if not float(stop_loss) < float(level):
+        raise ValueError(f"stop_loss: expected a level below level = {level!r}, got {stop_loss!r}")
+    res = integrate(Lambda, N, v0, k0, q0, t_eval=t_eval, stop_loss=stop_loss, **kwargs)
+    if res.t.size < np.size(t_eval) and not np.any(res.loss <= level):
+        res = integrate(Lambda, N, v0, k0, q0, t_eval=t_eval, **kwargs)
+    return res
 
 
 # -- conservation laws ------------------------------------------------------------------------
