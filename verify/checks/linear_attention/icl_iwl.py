@@ -47,8 +47,8 @@ def _run(ctx, Lam, N: int, H: int, w_star, p: float, tests, setting: dict, dtype
     done = 0
     while True:
         with torch.no_grad():
-            for name, (X, y) in tests.items():
-                err[name].append(((model.predict(X) - y) ** 2).to(torch.float64).cpu().numpy())
+            for name, (X, y, gram) in tests.items():
+                err[name].append(((model.predict(X, gram=gram) - y) ** 2).to(torch.float64).cpu().numpy())
         t.append(2.0 * setting["eta"] * done)
         M.append(model.effective_matrix().detach().cpu().numpy().astype(np.float64))
         blocks.append(model.zero_block_norms())
@@ -149,7 +149,7 @@ def torch_training(ctx):
     for name, fixed in (("icl", 0.0), ("iwl", 1.0)):
         tb = sample_tokens(None, N, n_test, generator=tgen, device=ctx.device, dtype=dtype, chol=chol,
                            w_star=w_star, fixed=fixed)
-        tests[name] = (tb.X, tb.y_q)
+        tests[name] = (tb.X, tb.y_q, tb.X @ tb.X.transpose(1, 2))   # X X^T once: the layer evaluates these often
     runs = {p: _run(ctx, Lam, N, H, w_star, p, tests, setting, dtype) for p in ctx.iterate(portions, "portions")}
 
     # the in-context predictor of each evaluated M_t, and the mixture minimisers
