@@ -190,7 +190,7 @@ def _draw_tokens(N: int, batch: int, generator, device, dtype, chol: torch.Tenso
     w = standard_normal((batch, D), generator, device, dtype)
     if n_fixed:
         w[:n_fixed] = w_fixed
-    y = (xT * w[:, :, None]).sum(1)                  # (B, N+1)
+    y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
     y_q = y[:, N].clone()
     y[:, N] = 0.0                                    # the query's label slot
     X = torch.cat([xT, y.unsqueeze(1)], dim=1)
