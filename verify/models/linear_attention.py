@@ -720,8 +720,8 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
                 sgd_step(ps, eta)
                 if k % log_every == 0 or k == steps:
                     lg.log(k, loss.detach())
-    for lg in logs:
-        lg.reduce()
+        for lg in logs:
+            lg.reduce()
     seconds = time.perf_counter() - t0
     population = (lambda Lambda, N, M: next_token_population_loss(Lambda, N, M)) if next_token else loss_cf
     out = [lg.result(population, lam, N, eta, batch, seconds) for lg in logs]

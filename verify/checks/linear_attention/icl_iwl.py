@@ -37,7 +37,7 @@ def _run(ctx, Lam, N: int, H: int, w_star, p: float, tests, setting: dict, dtype
     on the test sets and the effective matrix and vector-block norms at :data:`EVALUATIONS` points."""
     import torch
 
-    from verify.models.linear_attention import MergedLinearAttention, train_online_sgd
+    from verify.models.linear_attention import MergedLinearAttention, cpu_threads, train_online_sgd
 
     D = Lam.shape[0]
     gen = ctx.torch_generator(ctx.device)            # the same start and input draws at every p
@@ -45,8 +45,11 @@ def _run(ctx, Lam, N: int, H: int, w_star, p: float, tests, setting: dict, dtype
     steps, per = setting["steps"], max(1, setting["steps"] // EVALUATIONS)
     t, err, M, blocks = [], {"icl": [], "iwl": []}, [], []
     done = 0
+    # one CPU thread, as in the training (the test sets are tiny matrices per sequence: at two threads on a
+    # busy 2-core machine an evaluation took 40x longer)
+    threads = 1 if torch.device(ctx.device).type == "cpu" else None
     while True:
-        with torch.no_grad():
+        with torch.no_grad(), cpu_threads(threads):
             for name, (X, y, gram) in tests.items():
                 err[name].append(((model.predict(X, gram=gram) - y) ** 2).to(torch.float64).cpu().numpy())
         t.append(2.0 * setting["eta"] * done)
