@@ -347,7 +347,8 @@ class MergedLinearAttention(nn.Module):
         (:func:`next_token_predictions`)."""
         if self.softmax:
             raise ValueError("softmax: the softmax layer has no value-query tensor (linear layers only)")
-        return torch.einsum("hc,hde->cde", self.WV[:, self.D, :], self.WKQ)
+        d = self.D + 1
+        return self._vq_matrix().reshape(d, d, d)
 
     # -- blocks -------------------------------------------------------------------------
     def value_scalars(self) -> torch.Tensor:
@@ -768,7 +769,7 @@ class _Probe(nn.Module):
 class _RunLog:
     """What :func:`train_online_sgd` records of one model.
 
-    A logged step copies the trainable parameters into a buffer and keeps the batch loss as a tensor
+    A logged step copies the model's parameters into a buffer and keeps the batch loss as a tensor
     (a few tensor copies, no conversion to numpy, no wait for a GPU); every :data:`LOG_CHUNK` logged
     steps, and at the end, the buffer is reduced in one batched call (:class:`_Probe` under
     :func:`torch.func.vmap`) to the effective matrices, the zero-block norms and the kept flow

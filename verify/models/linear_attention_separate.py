@@ -137,7 +137,7 @@ class SeparateLinearAttention(nn.Module):
         w = self.WV[:, self.D, :]                                     # row D of each W^V_i
         B, d, n1 = X.shape
         if not self.softmax:
-            T = (w.T @ (self.WK.mT @ self.WQ).reshape(self.H, d * d)).reshape(d * d, d)   # T_{(c,d),e}
+            T = self._vq_matrix()                                      # T_{(c,d),e}
             gram = (X @ X.transpose(1, 2)).reshape(B, d * d)           # X X^T, (B, (D+1)^2)
             return X[:, self.D, -1] + ((gram @ T) * x_q).sum(-1) / self.rho
         HR = self.H * self.R
@@ -155,7 +155,15 @@ class SeparateLinearAttention(nn.Module):
         (:func:`verify.models.linear_attention.next_token_predictions`)."""
         if self.softmax:
             raise ValueError("softmax: the softmax layer has no value-query tensor (linear layers only)")
-        return torch.einsum("hc,hrd,hre->cde", self.WV[:, self.D, :], self.WK, self.WQ)
+        d = self.D + 1
+        return self._vq_matrix().reshape(d, d, d)
+
+    def _vq_matrix(self) -> torch.Tensor:
+        """:meth:`value_query_tensor` as a ((D+1)^2, D+1) matrix, rows ``(c, d)``: ``sum_r k_ir q_ir^T``
+        per head by one batched product, then the heads weighted by ``W^V_i[D, :]`` by one matrix product."""
+        d = self.D + 1
+        kq = (self.WK.mT @ self.WQ).reshape(self.H, d * d)            # sum_r (k_ir)_d (q_ir)_e per head
+        return (self.WV[:, self.D, :].T @ kq).reshape(d * d, d)
 
     # -- blocks -------------------------------------------------------------------------
     def value_scalars(self) -> torch.Tensor:
