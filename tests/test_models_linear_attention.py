@@ -247,6 +247,53 @@ def test_train_online_sgd_deterministic_and_time_mapping():
     assert m.zero_v is None and np.all(np.isfinite(m.loss))
 
 
+@pytest.mark.parametrize("kind", ["merged", "separate", "mlp"])
+def test_train_online_sgd_log_is_the_model_at_each_logged_step(kind, monkeypatch):
+    """The batched log (parameters buffered, reduced in chunks) records what the model itself gives at
+    each logged step: effective matrix, zero-block norms, flow weights; across chunk boundaries."""
+    import verify.models.linear_attention as la
+    from verify.models.linear_attention_separate import SeparateLinearAttention
+
+    monkeypatch.setattr(la, "LOG_CHUNK", 3)
+    monkeypatch.setattr(la, "WEIGHT_SNAPSHOTS", 2)
+    D, N, H = 3, 5, 2
+    make = {"merged": lambda: MergedLinearAttention(D, H, N).init_(gen(12), 0.5),
+            "separate": lambda: SeparateLinearAttention(D, H, 2, N).init_(gen(12), 0.5),
+            "mlp": lambda: CubicFeatureMLP(D, H).load_([0.3, -0.2], np.ones((H, D, D)) * 0.1)}[kind]
+    model = make()
+    run = train_online_sgd(model, LAM3, N, eta=0.01, steps=7, batch=16, generator=gen(11), log_every=1)
+    np.testing.assert_array_equal(run.step, np.arange(8))
+    assert np.isnan(run.batch_loss[0]) and np.all(np.isfinite(run.batch_loss[1:]))
+    # the same steps one at a time, each model state evaluated directly
+    model, g = make(), gen(11)
+    for k in range(8):
+        if k:
+            train_online_sgd(model, LAM3, N, eta=0.01, steps=1, batch=16, generator=g)
+        with torch.no_grad():
+            np.testing.assert_allclose(run.M_log[k], model.effective_matrix().numpy(), rtol=1e-13, atol=1e-15)
+            if kind != "mlp":
+                np.testing.assert_allclose([run.zero_v[k], run.zero_u[k]], model.zero_block_norms(), rtol=1e-13)
+        if kind == "separate" and k in run.weights:
+            for a, b in zip(run.weights[k], model.flow_weights()):
+                np.testing.assert_array_equal(a, b)
+    assert (kind == "separate") == (run.weights is not None)
+    if kind == "separate":
+        assert sorted(run.weights) == [0, 3, 6]   # every (7 // 2)-th logged step
+    else:
+        assert run.zero_v is None if kind == "mlp" else run.zero_v.shape == (8,)
+
+
+def test_predict_with_a_precomputed_gram():
+    m = random_model()
+    X, _, _ = sample_tokens(LAM3, 5, 32, generator=gen(3))
+    with torch.no_grad():
+        np.testing.assert_array_equal(m.predict(X, gram=X @ X.transpose(1, 2)).numpy(), m.predict(X).numpy())
+    with pytest.raises(ValueError, match="gram"):
+        m.predict(X, gram=X[:, :, :3])
+    with pytest.raises(ValueError, match="gram"):
+        MergedLinearAttention(3, 2, 5, softmax=True).predict(X, gram=X @ X.transpose(1, 2))
+
+
 def test_train_online_sgd_side_by_side_is_each_run_alone():
     # a list of models is trained on one stream of batches: each run is what that model trained alone
     # from a generator in the same state gives, bit for bit

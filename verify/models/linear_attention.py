@@ -174,14 +174,23 @@ def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
     if chol is None:
         lam = validate_covariance(Lambda)
         chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
+    n_fixed = int(round(fixed * batch))
+    w_fixed = _as_param_tensor("w_star", w_star, (chol.shape[0],), chol) if n_fixed else None
+    return _draw_tokens(N, batch, generator, device, dtype, chol, w_fixed, n_fixed)
+
+
+def _draw_tokens(N: int, batch: int, generator, device, dtype, chol: torch.Tensor,
+                 w_fixed: torch.Tensor | None, n_fixed: int) -> TokenBatch:
+    """:func:`sample_tokens` on validated arguments (the online-SGD loop's path): the first ``n_fixed``
+    sequences take the task vector ``w_fixed``."""
     D = chol.shape[0]
     g = standard_normal((batch, N + 1, D), generator, device, dtype)
-    xT = torch.einsum("ij,bnj->bin", chol, g)        # (B, D, N+1), columns ~ N(0, Lambda)
+    # columns ~ N(0, Lambda): one matrix product over all tokens (an einsum took 7x longer on a CPU)
+    xT = (g @ chol.mT).mT                            # (B, D, N+1)
     w = standard_normal((batch, D), generator, device, dtype)
-    n_fixed = int(round(fixed * batch))
     if n_fixed:
-        w[:n_fixed] = _as_param_tensor("w_star", w_star, (D,), w)
-    y = (xT * w[:, :, None]).sum(1)                  # (B, N+1)
+        w[:n_fixed] = w_fixed
+    y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
     y_q = y[:, N].clone()
     y[:, N] = 0.0                                    # the query's label slot
     X = torch.cat([xT, y.unsqueeze(1)], dim=1)
@@ -299,24 +308,38 @@ class MergedLinearAttention(nn.Module):
         T = T.reshape(B, d, H, d).permute(0, 3, 2, 1).reshape(B * d, H * d)   # [(b, a), (h, c)]
         return (T @ self.WKQ.reshape(H * d, d)).reshape(B, d, d)
 
-    def predict(self, X: torch.Tensor) -> torch.Tensor:
+    def predict(self, X: torch.Tensor, gram: torch.Tensor | None = None) -> torch.Tensor:
         """``yhat = ATTN_M(X)[D, N]``, the bottom-right entry (eq. 3); shape (B,).
 
         Evaluates only that entry of :meth:`forward`'s expression,
         ``X[D, N] + (1/rho) sum_i W^V_i[D, :] X X^T W^KQ_i X[:, N]`` (same function, same
-        gradients, less work); the checks compare it with ``forward(X)[:, D, N]``.
+        gradients, less work); the checks compare it with ``forward(X)[:, D, N]``. The linear layer
+        contracts it as ``(1/rho) sum_{cde} (X X^T)_{cd} T_{cde} x_{q,e}`` with the parameter tensor
+        ``T`` of :meth:`value_query_tensor`: one Gram matrix per sequence and one matrix product per
+        batch (a batched product of tiny matrices costs several times more on a CPU).
+
+        ``gram``, optional: ``X @ X.transpose(1, 2)`` of these sequences (linear layer only), for
+        sequences evaluated again and again (a fixed test set); the same numbers as without it.
         """
         X = _as_tokens(X, self.D)
+        if gram is not None and (self.softmax or not isinstance(gram, torch.Tensor)
+                                 or gram.shape != (X.shape[0], self.D + 1, self.D + 1)):
+            raise ValueError(f"gram: expected X X^T of shape {(X.shape[0], self.D + 1, self.D + 1)} "
+                             "for a linear layer")
         if self.softmax:
             kq = torch.einsum("hcd,bd->bhc", self.WKQ, X[:, :, -1])             # W^KQ_i x_q
             weights = torch.softmax(torch.einsum("bhc,bcn->bhn", kq, X), dim=-1)   # over the N + 1 keys
             vals = torch.einsum("hc,bcn->bhn", self.WV[:, self.D, :], X)         # row D of W^V_i X
             return X[:, self.D, -1] + (vals * weights).sum((1, 2))
-        B, d, H = X.shape[0], self.D + 1, self.H
-        q = X[:, :, -1]                                                      # (B, D+1)
-        r = (q @ self.WKQ.permute(2, 0, 1).reshape(d, H * d)).reshape(B, H, d)  # W^KQ_h q
-        s = torch.bmm(r, X @ X.transpose(1, 2))                              # (X X^T W^KQ_h q)^T
-        return X[:, self.D, -1] + (s * self.WV[:, self.D, :]).sum((1, 2)) / self.rho
+        B, d = X.shape[0], self.D + 1
+        T = self._vq_matrix()                                                 # (d*d, d)
+        gram = (X @ X.transpose(1, 2) if gram is None else gram).reshape(B, d * d)   # X X^T
+        return X[:, self.D, -1] + ((gram @ T) * X[:, :, -1]).sum(-1) / self.rho
+
+    def _vq_matrix(self) -> torch.Tensor:
+        """:meth:`value_query_tensor` as a ((D+1)^2, D+1) matrix, rows ``(c, d)``, by one matrix product."""
+        d = self.D + 1
+        return (self.WV[:, self.D, :].T @ self.WKQ.reshape(self.H, d * d)).reshape(d * d, d)
 
     def value_query_tensor(self) -> torch.Tensor:
         """``T_{cde} = sum_i W^V_i[D, c] W^KQ_i[d, e]``, shape (D+1, D+1, D+1): the linear layer's
@@ -324,7 +347,8 @@ class MergedLinearAttention(nn.Module):
         (:func:`next_token_predictions`)."""
         if self.softmax:
             raise ValueError("softmax: the softmax layer has no value-query tensor (linear layers only)")
-        return torch.einsum("hc,hde->cde", self.WV[:, self.D, :], self.WKQ)
+        d = self.D + 1
+        return self._vq_matrix().reshape(d, d, d)
 
     # -- blocks -------------------------------------------------------------------------
     def value_scalars(self) -> torch.Tensor:
@@ -343,11 +367,14 @@ class MergedLinearAttention(nn.Module):
         """The vector blocks ``u_i = W^KQ_i[D, :D]``, shape (H, D); zero in the theory."""
         return self.WKQ[:, self.D, :self.D]
 
+    def zero_blocks(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The blocks the theory holds at zero: ``(v_i)`` and ``(u_i)``, each of shape (H, D)."""
+        return self.value_vectors(), self.kq_vectors()
+
     def zero_block_norms(self) -> tuple[float, float]:
         """Frobenius norms over all heads of the vector blocks ``(v_i)`` and ``(u_i)``."""
         with torch.no_grad():
-            return (float(torch.linalg.vector_norm(self.value_vectors())),
-                    float(torch.linalg.vector_norm(self.kq_vectors())))
+            return tuple(float(torch.linalg.vector_norm(b)) for b in self.zero_blocks())
 
     def effective_matrix(self) -> torch.Tensor:
         """``M = sum_i v_i U_i`` (D x D), so that ``yhat = beta^T M x_q`` when the vector
@@ -595,6 +622,8 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         Anything with ``predict(X)``, ``effective_matrix()`` and attribute ``D``; trained
         in place (moved to ``device``). A list or tuple: the models are trained side by side on
         the same batches (what one generator per model seeded alike would give, drawn once).
+        The logged quantities are evaluated afterwards, batched over the saved parameters
+        (:class:`_RunLog`), so ``effective_matrix()`` must be torch operations on the parameters.
     Lambda : array_like
         Token covariance (D x D SPD or eigenvalues).
     N : int
@@ -662,8 +691,11 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         raise ValueError(f"model: the models trained side by side must share a dtype, got {sorted(map(str, dtypes))}")
     dtype = dtypes.pop()
     chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
+    n_fixed = int(round(fixed * batch))             # as sample_tokens does
+    w_fixed = _as_param_tensor("w_star", w_star, (lam.shape[0],), chol) if n_fixed else None
     loss_cf = theory.get("linear_attention.merged.loss")
-    logs = [_RunLog(m, max(1, (steps // log_every) // WEIGHT_SNAPSHOTS)) for m in models]
+    n_logs = steps // log_every + 2
+    logs = [_RunLog(m, max(1, (steps // log_every) // WEIGHT_SNAPSHOTS), n_logs) for m in models]
     params = [[p for p in m.parameters() if p.requires_grad] for m in models]
 
     t0 = time.perf_counter()
@@ -674,8 +706,7 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         loop = iterate(loop, "online SGD")
     with cpu_threads(threads if device.type == "cpu" else None):
         for k in loop:
-            X, y_q, _ = sample_tokens(None, N, batch, generator=generator, device=device,
-                                      dtype=dtype, chol=chol, w_star=w_star, fixed=fixed)
+            X, y_q, _ = _draw_tokens(N, batch, generator, device, dtype, chol, w_fixed, n_fixed)
             if next_token:                                  # every label, the query's included
                 X[:, -1, -1] = y_q
                 targets = X[:, -1, 1:]
@@ -689,7 +720,9 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
                 loss.backward()
                 sgd_step(ps, eta)
                 if k % log_every == 0 or k == steps:
-                    lg.log(k, float(loss.detach()))
+                    lg.log(k, loss.detach())
+        for lg in logs:
+            lg.reduce()
     seconds = time.perf_counter() - t0
     population = (lambda Lambda, N, M: next_token_population_loss(Lambda, N, M)) if next_token else loss_cf
     out = [lg.result(population, lam, N, eta, batch, seconds) for lg in logs]
@@ -707,35 +740,102 @@ def sgd_step(params: list, eta: float) -> None:
             torch._foreach_add_(live, [p.grad for p in live], alpha=-eta)
 
 
-class _RunLog:
-    """What :func:`train_online_sgd` records of one model."""
+#: Logged steps whose parameters :func:`train_online_sgd` holds before it reduces them to effective
+#: matrices in one batched call.
+LOG_CHUNK = 1024
 
-    def __init__(self, model, keep_every: int):
+
+class _Probe(nn.Module):
+    """What :func:`train_online_sgd` records of a model, as a ``forward`` of saved parameters.
+
+    Wrapping the model lets :func:`torch.func.functional_call` evaluate its ``effective_matrix()``
+    (and ``zero_blocks()``, ``flow_tensors()`` where it has them) at parameters other than its own,
+    and :func:`torch.func.vmap` do so for a whole stack of logged steps at once."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self) -> dict:
+        m = self.model
+        out = {"M": m.effective_matrix()}
+        if hasattr(m, "zero_blocks"):
+            out["zero"] = torch.stack([torch.linalg.vector_norm(b) for b in m.zero_blocks()])
+        if hasattr(m, "flow_tensors"):
+            out["flow"] = tuple(m.flow_tensors())
+        return out
+
+
+class _RunLog:
+    """What :func:`train_online_sgd` records of one model.
+
+    A logged step copies the model's parameters into a buffer and keeps the batch loss as a tensor
+    (a few tensor copies, no conversion to numpy, no wait for a GPU); every :data:`LOG_CHUNK` logged
+    steps, and at the end, the buffer is reduced in one batched call (:class:`_Probe` under
+    :func:`torch.func.vmap`) to the effective matrices, the zero-block norms and the kept flow
+    weights. The model's ``effective_matrix()`` (``zero_blocks()``, ``flow_tensors()``) must therefore
+    be torch operations on its parameters. Per step the same quantities as evaluating them on the
+    model itself, up to the summation order of the batched products (float round-off).
+    """
+
+    def __init__(self, model, keep_every: int, n_logs: int):
         self.model, self.keep_every = model, keep_every
-        self.step, self.batch_loss, self.v, self.u, self.M = [], [], [], [], []
-        self.weights = {} if hasattr(model, "flow_weights") else None
-        self.has_blocks = hasattr(model, "zero_block_norms")
+        named = list(model.named_parameters())
+        self.names = ["model." + n for n, _ in named]
+        self.params = [p for _, p in named]
+        rows = max(1, min(LOG_CHUNK, n_logs))
+        self.buffers = [torch.empty((rows, *p.shape), dtype=p.dtype, device=p.device) for p in self.params]
+        self.rows, self.logged = 0, 0
+        self.probe = _Probe(model)
+        self.step, self.batch_loss, self.pending, self.v, self.u, self.M = [], [], [], [], [], []
+        self.weights = {} if hasattr(model, "flow_tensors") else None
+        self.has_blocks = hasattr(model, "zero_blocks")
 
     @torch.no_grad()
-    def log(self, k: int, batch_loss: float) -> None:
+    def log(self, k: int, batch_loss) -> None:
+        """Record step ``k``: the model's parameters now and ``batch_loss`` (a float or a 0-d tensor)."""
+        if self.buffers and self.rows == self.buffers[0].shape[0]:
+            self.reduce()
+        for b, p in zip(self.buffers, self.params):
+            b[self.rows].copy_(p)
+        self.rows += 1
         self.step.append(k)
-        self.batch_loss.append(batch_loss)
-        self.M.append(self.model.effective_matrix().cpu().numpy().astype(np.float64))
-        if self.weights is not None and (len(self.step) - 1) % self.keep_every == 0:
-            self.weights[len(self.step) - 1] = self.model.flow_weights()
+        self.pending.append(batch_loss)
+
+    @torch.no_grad()
+    def reduce(self) -> None:
+        """The buffered steps to numpy: effective matrices, zero-block norms, kept flow weights, batch losses."""
+        n, first = self.rows, self.logged
+        if n == 0:
+            return
+        state = {name: b[:n] for name, b in zip(self.names, self.buffers)}
+        out = torch.func.vmap(lambda st: torch.func.functional_call(self.probe, st, ()))(state)
+        self.M.append(out["M"].to(torch.float64).cpu().numpy())
         if self.has_blocks:
-            nv, nu = self.model.zero_block_norms()
-            self.v.append(nv)
-            self.u.append(nu)
+            norms = out["zero"].to(torch.float64).cpu().numpy()
+            self.v.append(norms[:, 0])
+            self.u.append(norms[:, 1])
+        if self.weights is not None:
+            keep = [i for i in range(first, first + n) if i % self.keep_every == 0]
+            if keep:
+                idx = torch.as_tensor([i - first for i in keep], device=out["M"].device)
+                arrays = [t[idx].to(torch.float64).cpu().numpy() for t in out["flow"]]
+                for j, i in enumerate(keep):
+                    self.weights[i] = tuple(a[j].copy() for a in arrays)
+        tensors = [x for x in self.pending if isinstance(x, torch.Tensor)]
+        values = iter(torch.stack(tensors).to(torch.float64).cpu().tolist() if tensors else ())
+        self.batch_loss.extend(next(values) if isinstance(x, torch.Tensor) else float(x) for x in self.pending)
+        self.pending = []
+        self.rows, self.logged = 0, first + n
 
     def result(self, loss_cf, lam, N: int, eta: float, batch: int, seconds: float) -> TrainResult:
-        Ms = np.asarray(self.M)
+        Ms = np.concatenate(self.M)
         population = loss_cf(Lambda=lam, N=N, M=Ms)  # one call on the stack of logged matrices
         step = np.asarray(self.step, dtype=np.int64)
         return TrainResult(
             step=step, t=2.0 * eta * step, loss=population, batch_loss=np.asarray(self.batch_loss),
-            zero_v=np.asarray(self.v) if self.has_blocks else None,
-            zero_u=np.asarray(self.u) if self.has_blocks else None,
+            zero_v=np.concatenate(self.v) if self.has_blocks else None,
+            zero_u=np.concatenate(self.u) if self.has_blocks else None,
             M=Ms[-1], eta=eta, batch=batch, seconds=seconds, M_log=Ms, weights=self.weights)
 
 

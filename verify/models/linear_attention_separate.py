@@ -127,21 +127,27 @@ class SeparateLinearAttention(nn.Module):
         ``T_{cde} = sum_{i,r} w_{i,c} (k_ir)_d (q_ir)_e`` (all D+1 entries of every
         row): one Gram matrix per sequence and one matrix product per batch, whatever
         ``N``, ``H`` and ``R``. The softmax layer needs every score
-        ``x_n^T W^K_i^T W^Q_i x_q``.
+        ``x_n^T W^K_i^T W^Q_i x_q = sum_r (k_ir . x_n) (q_ir . x_q)`` (``k_ir``, ``q_ir`` the full
+        rows of ``W^K_i``, ``W^Q_i``): the key projections ``W^K_i x_n`` and the value rows
+        ``W^V_i[D, :] x_n`` of all tokens come from one matrix product over the whole batch (a
+        batched product of tiny per-sequence matrices costs several times more on a CPU).
         """
         X = _as_tokens(X, self.D)
         x_q = X[:, :, -1]
         w = self.WV[:, self.D, :]                                     # row D of each W^V_i
-        d = self.D + 1
+        B, d, n1 = X.shape
         if not self.softmax:
-            T = torch.einsum("hc,hrd,hre->cde", w, self.WK, self.WQ).reshape(d * d, d)
-            gram = (X @ X.transpose(1, 2)).reshape(X.shape[0], d * d)  # X X^T, (B, (D+1)^2)
+            T = self._vq_matrix()                                      # T_{(c,d),e}
+            gram = (X @ X.transpose(1, 2)).reshape(B, d * d)           # X X^T, (B, (D+1)^2)
             return X[:, self.D, -1] + ((gram @ T) * x_q).sum(-1) / self.rho
-        kq = torch.einsum("hrc,hrd,bd->bhc", self.WK, self.WQ, x_q)  # W^K_i^T W^Q_i x_q
-        scores = torch.einsum("bhc,bcn->bhn", kq, X)                  # (B, H, N+1)
-        vals = torch.einsum("hc,bcn->bhn", w, X)                      # row D of W^V_i X
+        HR = self.H * self.R
+        tokens = X.transpose(0, 1).reshape(d, B * n1)                  # every token of the batch, (D+1, B (N+1))
+        proj = (torch.cat([self.WK.reshape(HR, d), w]) @ tokens).reshape(HR + self.H, B, n1)
+        scores = proj[:HR] * (self.WQ.reshape(HR, d) @ x_q.T).unsqueeze(-1)      # (k_ir . x_n)(q_ir . x_q)
+        if self.R > 1:
+            scores = scores.reshape(self.H, self.R, B, n1).sum(1)
         # over the N + 1 keys, along the last axis (a softmax over a strided axis ran 5x slower on a CPU)
-        return X[:, self.D, -1] + (vals * torch.softmax(scores, dim=-1)).sum((1, 2))
+        return X[:, self.D, -1] + (proj[HR:] * torch.softmax(scores, dim=-1)).sum((0, 2))
 
     def value_query_tensor(self) -> torch.Tensor:
         """``T_{cde} = sum_{i,r} W^V_i[D, c] W^K_i[r, d] W^Q_i[r, e]``, shape (D+1, D+1, D+1): the
@@ -149,7 +155,15 @@ class SeparateLinearAttention(nn.Module):
         (:func:`verify.models.linear_attention.next_token_predictions`)."""
         if self.softmax:
             raise ValueError("softmax: the softmax layer has no value-query tensor (linear layers only)")
-        return torch.einsum("hc,hrd,hre->cde", self.WV[:, self.D, :], self.WK, self.WQ)
+        d = self.D + 1
+        return self._vq_matrix().reshape(d, d, d)
+
+    def _vq_matrix(self) -> torch.Tensor:
+        """:meth:`value_query_tensor` as a ((D+1)^2, D+1) matrix, rows ``(c, d)``: ``sum_r k_ir q_ir^T``
+        per head by one batched product, then the heads weighted by ``W^V_i[D, :]`` by one matrix product."""
+        d = self.D + 1
+        kq = (self.WK.mT @ self.WQ).reshape(self.H, d * d)            # sum_r (k_ir)_d (q_ir)_e per head
+        return (self.WV[:, self.D, :].T @ kq).reshape(d * d, d)
 
     # -- blocks -------------------------------------------------------------------------
     def value_scalars(self) -> torch.Tensor:
@@ -172,18 +186,25 @@ class SeparateLinearAttention(nn.Module):
         """The scalar blocks ``k_ir = W^K_i[r, D]``, shape (H, R); zero in the theory."""
         return self.WK[:, :, self.D]
 
+    def flow_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(v, k, q)``: :meth:`value_scalars`, :meth:`keys`, :meth:`queries` (the tensors behind
+        :meth:`flow_weights`)."""
+        return self.value_scalars(), self.keys(), self.queries()
+
     def flow_weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(v, k, q)`` as float64 arrays: the reduced weights the exact flow integrates
         (:func:`verify.flows.separate.integrate`), so that it can start from a trained state."""
         with torch.no_grad():
-            return tuple(t.detach().cpu().numpy().astype(np.float64)
-                         for t in (self.value_scalars(), self.keys(), self.queries()))
+            return tuple(t.detach().cpu().numpy().astype(np.float64) for t in self.flow_tensors())
+
+    def zero_blocks(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The blocks the theory holds at zero: the vectors ``(v_i)`` (H, D) and the scalars ``(k_ir)`` (H, R)."""
+        return self.value_vectors(), self.key_scalars()
 
     def zero_block_norms(self) -> tuple[float, float]:
         """Frobenius norms over all heads of the vector blocks ``(v_i)`` and the scalars ``(k_ir)``."""
         with torch.no_grad():
-            return (float(torch.linalg.vector_norm(self.value_vectors())),
-                    float(torch.linalg.vector_norm(self.key_scalars())))
+            return tuple(float(torch.linalg.vector_norm(b)) for b in self.zero_blocks())
 
     def effective_matrix(self) -> torch.Tensor:
         """``M = sum_{i,r} v_i k_ir q_ir^T`` (D x D), so that ``yhat = beta^T M x_q`` for the
