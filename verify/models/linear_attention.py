@@ -174,9 +174,14 @@ def sample_tokens(Lambda, N: int, batch: int, *, generator: torch.Generator,
     if chol is None:
         lam = validate_covariance(Lambda)
         chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
+    return _draw_tokens(N, batch, generator, device, dtype, chol, *_fixed_tasks(w_star, fixed, batch, chol))
+
+
+def _fixed_tasks(w_star, fixed: float, batch: int, chol: torch.Tensor) -> tuple[torch.Tensor | None, int]:
+    """``(w_fixed, n_fixed)``: App. G's fixed task vector as a tensor like ``chol`` and how many
+    sequences of a batch take it (``round(fixed * batch)``; ``(None, 0)`` when none do)."""
     n_fixed = int(round(fixed * batch))
-    w_fixed = _as_param_tensor("w_star", w_star, (chol.shape[0],), chol) if n_fixed else None
-    return _draw_tokens(N, batch, generator, device, dtype, chol, w_fixed, n_fixed)
+    return (_as_param_tensor("w_star", w_star, (chol.shape[0],), chol) if n_fixed else None), n_fixed
 
 
 def _draw_tokens(N: int, batch: int, generator, device, dtype, chol: torch.Tensor,
@@ -691,8 +696,7 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         raise ValueError(f"model: the models trained side by side must share a dtype, got {sorted(map(str, dtypes))}")
     dtype = dtypes.pop()
     chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
-    n_fixed = int(round(fixed * batch))             # as sample_tokens does
-    w_fixed = _as_param_tensor("w_star", w_star, (lam.shape[0],), chol) if n_fixed else None
+    w_fixed, n_fixed = _fixed_tasks(w_star, fixed, batch, chol)
     loss_cf = theory.get("linear_attention.merged.loss")
     n_logs = steps // log_every + 2
     logs = [_RunLog(m, max(1, (steps // log_every) // WEIGHT_SNAPSHOTS), n_logs) for m in models]
