@@ -416,44 +416,56 @@ def store(cf, backend: str, form: str, fn: Callable) -> Path | None:
     return _write(base, _path(base, cf, backend, form, digest), json.dumps(entry).encode("utf-8"))
 
 
+def _read_expr(path: Path, digest: str, name: str):
+    """The expression of the entry at ``path`` if it is this key's and this name's, else None
+    (missing, partial, corrupt or stale: derive again)."""
+    import pickle
+
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f)
+        if entry.get("format") != FORMAT or entry.get("key") != digest or entry.get("id") != name:
+            return None
+        return entry["expr"]
+    except Exception:
+        return None
+
+
+def _write_expr(base: Path, path: Path, digest: str, name: str, form: str, expr) -> Path | None:
+    """Write ``expr`` as the entry at ``path`` (atomically); None when nothing was written (an
+    expression that cannot be pickled, a folder that cannot be written)."""
+    import pickle
+
+    try:
+        data = pickle.dumps({"format": FORMAT, "key": digest, "id": name, "form": form, "expr": expr})
+    except Exception:
+        return None
+    return _write(base, path, data)
+
+
 def load_expr(cf, form: str):
     """``cf``'s sympy expression of ``form`` (``derived``, ``stable``, ``printed``) from the cache;
     None on a miss (cache off, no entry, an entry that cannot be read or is not this record's)."""
-    import pickle
-
     base = folder()
     if base is None or form not in FORMS:
         return None
     digest = key(cf, "sympy", form)
     if digest is None:
         return None
-    try:
-        with open(_path(base, cf, "sympy", form, digest, _EXPR_SUFFIX), "rb") as f:
-            entry = pickle.load(f)
-        if entry.get("format") != FORMAT or entry.get("key") != digest or entry.get("id") != cf.id:
-            return None
-        return entry["expr"]
-    except Exception:  # missing, partial, corrupt or stale: derive again
-        return None
+    return _read_expr(_path(base, cf, "sympy", form, digest, _EXPR_SUFFIX), digest, cf.id)
 
 
 def store_expr(cf, form: str, expr) -> Path | None:
     """Write ``cf``'s sympy expression of ``form`` to the cache (atomically); return the entry's
     path, or None when nothing was written (cache off, an expression that cannot be pickled, a
     folder that cannot be written)."""
-    import pickle
-
     base = folder()
     if base is None or form not in FORMS or expr is None:
         return None
     digest = key(cf, "sympy", form)
     if digest is None:
         return None
-    try:
-        data = pickle.dumps({"format": FORMAT, "key": digest, "id": cf.id, "form": form, "expr": expr})
-    except Exception:
-        return None
-    return _write(base, _path(base, cf, "sympy", form, digest, _EXPR_SUFFIX), data)
+    return _write_expr(base, _path(base, cf, "sympy", form, digest, _EXPR_SUFFIX), digest, cf.id, form, expr)
 
 
 def derivation(name: str, package: str, build: Callable[[], Any]) -> Any:
@@ -467,7 +479,6 @@ def derivation(name: str, package: str, build: Callable[[], Any]) -> Any:
     entry is a miss.
     """
     import importlib
-    import pickle
 
     if not re.fullmatch(r"[\w.\-]+", name or ""):
         raise ValueError(f"name: expected letters, digits, '.', '_' or '-', got {name!r}")
@@ -479,19 +490,10 @@ def derivation(name: str, package: str, build: Callable[[], Any]) -> Any:
     if digest is None:
         return build()
     path = base / f"{name}.sympy.derived.{digest}{_EXPR_SUFFIX}"
-    try:
-        with open(path, "rb") as f:
-            entry = pickle.load(f)
-        if entry.get("format") == FORMAT and entry.get("key") == digest and entry.get("id") == name:
-            return entry["expr"]
-    except Exception:  # missing, partial, corrupt or stale: build again
-        pass
-    value = build()
-    try:
-        data = pickle.dumps({"format": FORMAT, "key": digest, "id": name, "form": "derived", "expr": value})
-    except Exception:
-        return value
-    _write(base, path, data)
+    value = _read_expr(path, digest, name)
+    if value is None:
+        value = build()
+        _write_expr(base, path, digest, name, "derived", value)
     return value
 
 
