@@ -578,12 +578,9 @@ def torch_fig7_deep(ctx):
     """
     Ls = tuple(ctx.setting("L"))
     n = 20
-    settings = dict(ctx.pick(quick=SWEEP_QUICK, full=DEEP_FULL), steps=ctx.setting("steps"),
-                    batch=ctx.setting("batch"))
     samples = ctx.setting("samples")
-    Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
     specs = [(L, n) for L in Ls]
-    run = _train(ctx, Sigma, specs, settings)
+    settings, Sigma, run = _deep_train(ctx, specs)
     if run.stopped_at is not None:
         return _stopped(run, f"Fig. 7 sweep L = {Ls}")
     asserted = DEEP_QUANTILES[ctx.profile]
@@ -596,6 +593,16 @@ def torch_fig7_deep(ctx):
     return _deep_outcome(parts, per, vals, base, f"L={max(Ls)}", samples, z_crit, asserted, settings, run, Sigma,
                          tilted, ctx,
                          f"over L = {Ls} (n = {n}, d = {D}", "the trained median falling with L. ")
+
+
+def _deep_train(ctx, specs):
+    """``(settings, Sigma, run)`` of the deep sweeps (Figs. 6-7 at L = 3, 4): the profile's optimiser
+    settings with the run's ``steps`` and ``batch``, one draw of Sigma (the eigenvalues of §4.3, a random
+    rotation), and the models of ``specs`` trained on it (:func:`_train`)."""
+    settings = dict(ctx.pick(quick=SWEEP_QUICK, full=DEEP_FULL), steps=ctx.setting("steps"),
+                    batch=ctx.setting("batch"))
+    Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
+    return settings, Sigma, _train(ctx, Sigma, specs, settings)
 
 
 def _deep_core(ctx, Sigma, run, specs, labels, samples, z_crit, asserted, grid, tilted_total):
@@ -751,12 +758,9 @@ def torch_fig6_deep(ctx):
     """
     ns = tuple(ctx.setting("n"))
     L = 3
-    settings = dict(ctx.pick(quick=SWEEP_QUICK, full=DEEP_FULL), steps=ctx.setting("steps"),
-                    batch=ctx.setting("batch"))
     samples = ctx.setting("samples")
-    Sigma = distorted_covariance(ctx.rng, EXPERIMENT_EIGENVALUES)
     specs = [(L, n) for n in ns]
-    run = _train(ctx, Sigma, specs, settings)
+    settings, Sigma, run = _deep_train(ctx, specs)
     if run.stopped_at is not None:
         return _stopped(run, f"Fig. 6 sweep n = {ns}, L = {L}")
     asserted = DEEP_QUANTILES[ctx.profile]
