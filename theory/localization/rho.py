@@ -217,7 +217,18 @@ def _erf_difference_class():
 
         _pythoncode = _numpycode = _mpmathcode = _torchcode = _code
 
+    # a module attribute (see __getattr__ below), so that pickle finds the class by name and the
+    # derivation cache can store the expressions that use it
+    ErfDifference.__module__, ErfDifference.__qualname__ = __name__, "ErfDifference"
     return ErfDifference
+
+
+def __getattr__(name: str):
+    """``ErfDifference``: the sympy function of :func:`_erf_difference_class`, made on first use
+    (``import theory`` does not import sympy)."""
+    if name == "ErfDifference":
+        return _erf_difference_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def erf_difference(lo, hi):
