@@ -340,3 +340,47 @@ def test_a_derivation_outside_the_records_is_kept(folder, monkeypatch):
         cache.derivation("a/b", package, build)
     monkeypatch.setenv(cache.ENV, "off")  # off: built every time, nothing written
     assert cache.derivation(name, package, build) == first and len(calls) == 3
+
+
+def test_a_derivation_keyed_by_several_packages(folder, monkeypatch):
+    calls = []
+
+    def build():
+        calls.append(1)
+        return True
+
+    name = "linear_attention.test.verdict"
+    assert cache.derivation(name, ["theory.linear_attention", "theory.compare"], build) is True
+    assert cache.derivation(name, ("theory.compare", "theory.linear_attention"), build) is True
+    assert len(calls) == 1  # the same packages in another order: the same entry
+    assert cache.derivation(name, "theory.linear_attention", build) is True
+    assert len(calls) == 2  # fewer packages: another key
+    for bad in ([], [""], [3]):
+        with pytest.raises(ValueError, match="package"):
+            cache.derivation(name, bad, build)
+
+
+def test_a_proof_of_equal_forms_is_kept_and_redone_when_the_comparison_changes(folder, monkeypatch):
+    from theory import compare
+
+    cf = fresh("linear_attention.data.lambda_hat_sq")
+    assert cf.printed is not None and not cf.erratum
+    calls = []
+    real = compare.equal
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare, "equal", counted)
+    monkeypatch.setattr(cache, "_package_hash", lambda p: "source")
+    assert cf.forms_equal("derived", "printed") is True and len(calls) == 1
+    assert fresh(cf.id).forms_equal("derived", "printed") is True and len(calls) == 1  # loaded
+    assert fresh(cf.id).forms_equal("printed", "derived") is True and len(calls) == 2  # another entry
+    monkeypatch.setattr(cache, "_package_hash", lambda p: "edited" if p == "theory.compare" else "source")
+    assert fresh(cf.id).forms_equal("derived", "printed") is True and len(calls) == 3  # compare.py edited
+    assert fresh(cf.id).forms_equal("derived", "printed") is True and len(calls) == 3
+    with pytest.raises(ValueError, match="a: expected one of"):
+        cf.forms_equal("exact", "printed")
+    with pytest.raises(ValueError, match="has no printed form"):
+        fresh("linear_attention.merged.gradient").forms_equal("derived", "printed")

@@ -50,7 +50,7 @@ import sys
 import tempfile
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 __all__ = ["ENV", "DISTRIBUTION", "folder", "enabled", "key", "load", "store", "load_expr", "store_expr", "derivation",
            "info", "clear"]
@@ -468,25 +468,29 @@ def store_expr(cf, form: str, expr) -> Path | None:
     return _write_expr(base, _path(base, cf, "sympy", form, digest, _EXPR_SUFFIX), digest, cf.id, form, expr)
 
 
-def derivation(name: str, package: str, build: Callable[[], Any]) -> Any:
+def derivation(name: str, package: str | Sequence[str], build: Callable[[], Any]) -> Any:
     """The sympy result of ``build()``, a derivation outside the records (such as the radical forms
     of a record that a check compares with), loaded from the cache or built and stored.
 
     ``name`` names the entry (``<topic>.<part>.<what>``, unique); ``package`` is the package of
-    :mod:`theory` whose source decides the result (with the core modules, sympy's and the toolkit's
-    versions, as for a record's expressions: an edit there misses and builds again). With the cache
-    off, or a result that cannot be pickled, ``build()`` every time. A missing, corrupt or stale
-    entry is a miss.
+    :mod:`theory` whose source decides the result, or a sequence of them (with the core modules,
+    sympy's and the toolkit's versions, as for a record's expressions: an edit there misses and
+    builds again). With the cache off, or a result that cannot be pickled, ``build()`` every time.
+    A missing, corrupt or stale entry is a miss.
     """
     import importlib
 
     if not re.fullmatch(r"[\w.\-]+", name or ""):
         raise ValueError(f"name: expected letters, digits, '.', '_' or '-', got {name!r}")
+    packages = [package] if isinstance(package, str) else list(package)
+    if not packages or not all(isinstance(p, str) and p for p in packages):
+        raise ValueError(f"package: expected a package name or a sequence of them, got {package!r}")
     base = folder()
     if base is None:
         return build()
-    importlib.import_module(package)  # its source is part of the key
-    digest = _digest([package], name, "sympy", "derived")
+    for p in packages:
+        importlib.import_module(p)  # its source is part of the key
+    digest = _digest(sorted(set(packages)), name, "sympy", "derived")
     if digest is None:
         return build()
     path = base / f"{name}.sympy.derived.{digest}{_EXPR_SUFFIX}"

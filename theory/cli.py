@@ -324,7 +324,7 @@ def _cmd_show(args, out) -> int:
         if args.no_compare:
             verdict = "not compared (--no-compare)"
         else:
-            verdict = ("yes" if cf.equal(expr, printed)
+            verdict = ("yes" if cf.forms_equal("derived", "printed")
                        else "NO: the printed form differs from the derived one")
         print(f"\nequal to the derived expression: {verdict}", file=out)
 

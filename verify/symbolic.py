@@ -124,7 +124,7 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
         for r in _records(topic):
             if r.printed is None:
                 continue
-            same = r.equal(r.expr, r.printed_expr)
+            same = r.forms_equal("derived", "printed")
             if r.erratum:
                 # negative control: the printed form of an erratum must differ, symbolically and in value
                 values = dict(r.example) if r.example else sample_params(r, ctx.rng)
@@ -136,7 +136,7 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
                 agreed.append(r.id)
             else:
                 mismatched.append(r.id)
-        stable_bad = [r.id for r in _records(topic) if r.stable is not None and not r.equal(r.expr, r.numeric_expr)]
+        stable_bad = [r.id for r in _records(topic) if r.stable is not None and not r.forms_equal("derived", "stable")]
         if not controls:  # no erratum in this topic: a deliberately wrong form must be told apart
             r = theory.get(control_id)
             wrong = 2 * r.expr
@@ -149,7 +149,9 @@ def register_topic_checks(topic: str, *, control_id: str, control_param: str,
             discrepancy=float(len(mismatched) + len(stable_bad)), tolerance=0.0,
             criterion="sympy proves derived == printed for every record without an erratum, and "
                       "derived == the stable rewrite used for numerics; an erratum's printed form must "
-                      "differ (relative gap > 1e-6 at a random point)",
+                      "differ (relative gap > 1e-6 at a random point). Each proof is kept with the "
+                      "derivations in theory's cache, keyed by the source that decides it "
+                      "(ATTENTION_THEORY_CACHE=off proves every one again)",
             controls=controls, details={"agreeing_records": agreed},
         )
 
