@@ -607,3 +607,21 @@ def test_gdpp_optimum_beats_the_sparse_optimum_and_two_layers():
     for L in (2, 3):
         assert _cf(GDPP_OPT, n=20, d=5, L=L) < _cf(OPT_LOSS, n=20, d=5, L=L)
     assert _cf(GDPP_OPT, n=20, d=5, L=3) < _cf(GDPP_OPT, n=20, d=5, L=2) < _cf(GDPP_OPT, n=20, d=5, L=1)
+
+
+def test_predict_gram_equals_the_forward_pass():
+    """The Gram recursion of the Monte Carlo helpers is the transformer's forward pass (eqs. 2-4):
+    sparse (eq. 8), GD++ (eq. 11) and dense random layers, L = 1..4."""
+    from verify.models.linear_transformer import general_layers, predict, sparse_layers
+    from verify.models.linear_transformer_monte_carlo import predict_gram
+
+    rng = np.random.default_rng(3)
+    d, n, B = 4, 7, 50
+    Z = rng.standard_normal((B, d + 1, n + 1))
+    Z[:, d, n] = 0.0
+    for L in (1, 2, 3, 4):
+        A, Bm = rng.standard_normal((L, d, d)) * 0.3, rng.standard_normal((L, d, d)) * 0.3
+        for P, Q in (sparse_layers(A), general_layers(A, Bm),
+                     tuple(rng.standard_normal((2, L, d + 1, d + 1)) * 0.3)):
+            want = predict(Z, P, Q)
+            assert np.max(np.abs(predict_gram(Z, P, Q) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from verify.models.linear_transformer import general_layers, predict, sparse_layers
+from verify.models.linear_transformer import general_layers, sparse_layers
 from verify.stats import batch_mean, chunks
 from verify.tasks.preconditioned_gd import Prompts, sample_prompts
 
-__all__ = ["N_PAPER", "D_PAPER", "CHUNK", "STEPS", "OPT_LOSS", "TILT", "planar_moments", "mc_transformer_loss",
-           "tilted_prompts", "per_prompt_gradients", "full_gradient_z"]
+__all__ = ["N_PAPER", "D_PAPER", "CHUNK", "STEPS", "OPT_LOSS", "TILT", "planar_moments", "predict_gram",
+           "mc_transformer_loss", "tilted_prompts", "per_prompt_gradients", "full_gradient_z"]
 
 #: The paper's sizes (§4.3): context length and dimension.
 N_PAPER, D_PAPER = 20, 5
@@ -82,12 +82,41 @@ def tilted_prompts(rng, Sigma, n: int, B: int, tilt=TILT):
     return Prompts(X=X, w=w), weight, lam
 
 
+def predict_gram(Z0: np.ndarray, P, Q) -> np.ndarray:
+    """``TF_L(Z_0) = -[Z_L]_{d+1, n+1}`` of the linear transformer (eqs. 2-4), the same function as
+    :func:`verify.models.linear_transformer.predict` (tests), by the Gram recursion of
+    :meth:`LinearTransformer.predict <verify.models.linear_transformer.LinearTransformer.predict>`.
+
+    A linear layer maps every column by one matrix, ``Z_{l+1} = T_l Z_l`` with ``T_l = I + P_l G_l Q_l``
+    and ``G_l = (1/n) Z_{l,c} Z_{l,c}^T`` (the mask keeps the query column out of ``G``), so the query
+    column and the context Gram matrix evolve on their own: ``z_{q,l+1} = T_l z_{q,l}``,
+    ``G_{l+1} = T_l G_l T_l^T``. Batched products of (d+1) x (d+1) matrices replace the products with
+    the (d+1) x (n+1) token matrices: about 5 times faster at ``n = 20, d = 5, L = 3`` (round-off
+    differences only, ~1e-15 relative). ``Z0`` (B, d+1, n+1); ``P, Q`` (L, d+1, d+1)."""
+    Z0 = np.asarray(Z0, dtype=np.float64)
+    P, Q = np.asarray(P, dtype=np.float64), np.asarray(Q, dtype=np.float64)
+    n = Z0.shape[2] - 1
+    Zc = Z0[:, :, :n]
+    G = (Zc @ Zc.transpose(0, 2, 1)) / n
+    zq = Z0[:, :, n]
+    diag = np.arange(Z0.shape[1])
+    for l in range(P.shape[0]):
+        T = P[l] @ G @ Q[l]                                       # T_l - I
+        zq = zq + (T @ zq[:, :, None])[:, :, 0]
+        if l < P.shape[0] - 1:
+            T[:, diag, diag] += 1.0
+            G = T @ G @ T.transpose(0, 2, 1)
+    return -zq[:, -1]
+
+
 def mc_transformer_loss(rng, Sigma, n, A_list, total, task="inverse", B_list=None):
+    """Mean and s.e. of the squared error ``(TF_L - y_q)^2`` of the transformer with the sparse layers of
+    eq. 8 (``B_list`` None) or GD++ (eq. 11) over ``total`` prompts (:func:`predict_gram`)."""
     P, Q = sparse_layers(A_list) if B_list is None else general_layers(A_list, B_list)
     acc = batch_mean()
     for size in chunks(total, CHUNK):
         pr = sample_prompts(rng, Sigma, n, size, task=task)
-        acc.add((predict(pr.tokens(), P, Q) - pr.target) ** 2)
+        acc.add((predict_gram(pr.tokens(), P, Q) - pr.target) ** 2)
     return acc.result()
 
 

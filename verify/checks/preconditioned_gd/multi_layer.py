@@ -57,6 +57,7 @@ from verify.models.linear_transformer_monte_carlo import (
     mc_transformer_loss,
     per_prompt_gradients,
     planar_moments,
+    predict_gram,
 )
 from verify.settings import Setting
 from verify.stats import evaluate as _cf
@@ -281,7 +282,7 @@ def mc_gd_loss(ctx):
     for size in chunks(total, 20_000):
         pr = sample_prompts(ctx.rng, Sigma, n, size, task="inverse")
         tok = pr.tokens()
-        acc.add((predict(tok, P2, Q2) - pr.target) ** 2 - (predict(tok, P1, Q1) - pr.target) ** 2)
+        acc.add((predict_gram(tok, P2, Q2) - pr.target) ** 2 - (predict_gram(tok, P1, Q1) - pr.target) ** 2)
     diff = acc.result()
     diff_pred = rows["L=3 at 0.8 eta*"]["predicted"] - rows["L=3 optimal"]["predicted"]
     z.append(float(diff.z(diff_pred)))

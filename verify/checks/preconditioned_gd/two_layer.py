@@ -8,8 +8,9 @@ say more: the minimiser is scalar, ``A_l = a_l I``, with ``a_0 + a_1 = step_sum`
 Contains
 --------
 ``preconditioned_gd.two_layer.mc_loss``
-    Monte Carlo of the real forward pass (:func:`verify.models.linear_transformer.predict`, eqs.
-    2-4 with the mask) at the registered steps against ``optimal_loss``; paired gaps at a longer
+    Monte Carlo of the real forward pass (eqs. 2-4 with the mask, by the Gram recursion
+    :func:`verify.models.linear_transformer_monte_carlo.predict_gram`) at the registered steps
+    against ``optimal_loss``; paired gaps at a longer
     first step and at random symmetric and non-symmetric ``A_0, A_1`` against the exact loss of
     :mod:`verify.flows.two_layer` (which the optimiser check uses). Controls: one layer's optimum
     ``d(d+1)/(n+d+1)`` as the two-layer loss; the registered steps not better than a longer step.
@@ -34,7 +35,8 @@ import numpy as np
 
 from verify import Control, Outcome, check
 from verify.flows.two_layer import TwoLayerLoss, minimise
-from verify.models.linear_transformer import dist_to_identity, predict, sparse_layers
+from verify.models.linear_transformer import dist_to_identity, sparse_layers
+from verify.models.linear_transformer_monte_carlo import predict_gram
 from verify.settings import Setting
 from verify.stats import batch_mean, chunks, z_threshold
 from verify.stats import evaluate as _cf
@@ -134,7 +136,7 @@ def mc_loss(ctx):
         for k in chunks(total, 20_000):
             pr = sample_prompts(rng, I, n, k)
             Z0 = pr.tokens()
-            e = {name: (predict(Z0, P, Q) - pr.target) ** 2 for name, (P, Q) in layers.items()}
+            e = {name: (predict_gram(Z0, P, Q) - pr.target) ** 2 for name, (P, Q) in layers.items()}
             est.add(np.stack([e["optimum"]] + [e[name] - e["optimum"] for name in points if name != "optimum"],
                              axis=1))
         r = est.result()
