@@ -613,7 +613,7 @@ def test_predict_gram_equals_the_forward_pass():
     """The Gram recursion of the Monte Carlo helpers is the transformer's forward pass (eqs. 2-4):
     sparse (eq. 8), GD++ (eq. 11) and dense random layers, L = 1..4."""
     from verify.models.linear_transformer import general_layers, predict, sparse_layers
-    from verify.models.linear_transformer_monte_carlo import predict_gram
+    from verify.models.linear_transformer_monte_carlo import context_gram, predict_gram
 
     rng = np.random.default_rng(3)
     d, n, B = 4, 7, 50
@@ -625,3 +625,4 @@ def test_predict_gram_equals_the_forward_pass():
                      tuple(rng.standard_normal((2, L, d + 1, d + 1)) * 0.3)):
             want = predict(Z, P, Q)
             assert np.max(np.abs(predict_gram(Z, P, Q) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
+            assert np.array_equal(predict_gram(context_gram(Z), P, Q), predict_gram(Z, P, Q))

@@ -13,7 +13,7 @@ from verify.stats import batch_mean, chunks
 from verify.tasks.preconditioned_gd import Prompts, sample_prompts
 
 __all__ = ["N_PAPER", "D_PAPER", "CHUNK", "STEPS", "OPT_LOSS", "TILT", "planar_moments", "predict_gram",
-           "mc_transformer_loss", "tilted_prompts", "per_prompt_gradients", "full_gradient_z"]
+           "context_gram", "mc_transformer_loss", "tilted_prompts", "per_prompt_gradients", "full_gradient_z"]
 
 #: The paper's sizes (§4.3): context length and dimension.
 N_PAPER, D_PAPER = 20, 5
@@ -92,14 +92,11 @@ def predict_gram(Z0: np.ndarray, P, Q) -> np.ndarray:
     column and the context Gram matrix evolve on their own: ``z_{q,l+1} = T_l z_{q,l}``,
     ``G_{l+1} = T_l G_l T_l^T``. Batched products of (d+1) x (d+1) matrices replace the products with
     the (d+1) x (n+1) token matrices: about 5 times faster at ``n = 20, d = 5, L = 3`` (round-off
-    differences only, ~1e-15 relative). ``Z0`` (B, d+1, n+1); ``P, Q`` (L, d+1, d+1)."""
-    Z0 = np.asarray(Z0, dtype=np.float64)
+    differences only, ~1e-15 relative). ``Z0`` (B, d+1, n+1); ``P, Q`` (L, d+1, d+1); or ``Z0`` the pair
+    ``(G_0, z_q)`` of :func:`context_gram` (several layer stacks on the same prompts)."""
+    G, zq = Z0 if isinstance(Z0, tuple) else context_gram(Z0)
     P, Q = np.asarray(P, dtype=np.float64), np.asarray(Q, dtype=np.float64)
-    n = Z0.shape[2] - 1
-    Zc = Z0[:, :, :n]
-    G = (Zc @ Zc.transpose(0, 2, 1)) / n
-    zq = Z0[:, :, n]
-    diag = np.arange(Z0.shape[1])
+    diag = np.arange(G.shape[1])
     for l in range(P.shape[0]):
         T = P[l] @ G @ Q[l]                                       # T_l - I
         zq = zq + (T @ zq[:, :, None])[:, :, 0]
@@ -107,6 +104,15 @@ def predict_gram(Z0: np.ndarray, P, Q) -> np.ndarray:
             T[:, diag, diag] += 1.0
             G = T @ G @ T.transpose(0, 2, 1)
     return -zq[:, -1]
+
+
+def context_gram(Z0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(G_0, z_q)``: the context's Gram matrix ``(1/n) Z_c Z_c^T`` (B, d+1, d+1) and the query column
+    (B, d+1) of token matrices ``Z0`` (B, d+1, n+1), all that :func:`predict_gram` reads of them."""
+    Z0 = np.asarray(Z0, dtype=np.float64)
+    n = Z0.shape[2] - 1
+    Zc = Z0[:, :, :n]
+    return (Zc @ Zc.transpose(0, 2, 1)) / n, Z0[:, :, n]
 
 
 def mc_transformer_loss(rng, Sigma, n, A_list, total, task="inverse", B_list=None):

@@ -31,7 +31,7 @@ import numpy as np
 import theory
 from verify import Control, Outcome, check
 from verify.models.linear_transformer import sparse_layers
-from verify.models.linear_transformer_monte_carlo import predict_gram
+from verify.models.linear_transformer_monte_carlo import context_gram, predict_gram
 from verify.outcomes import z_score
 from verify.stats import batch_mean, chunks, rel_frobenius, z_threshold
 from verify.stats import evaluate as _cf
@@ -109,8 +109,9 @@ def mc_optimum(ctx):
             pr = sample_prompts(rng, Sigma, n, k)
             Z0 = pr.tokens()
             # the forward pass by the Gram recursion (the same function as predict_sparse, tests)
-            e_opt = (predict_gram(Z0, *sparse_layers([G])) - pr.target) ** 2
-            cols = [e_opt] + [(predict_gram(Z0, *sparse_layers([A])) - pr.target) ** 2 - e_opt for A in alts.values()]
+            g = context_gram(Z0)
+            e_opt = (predict_gram(g, *sparse_layers([G])) - pr.target) ** 2
+            cols = [e_opt] + [(predict_gram(g, *sparse_layers([A])) - pr.target) ** 2 - e_opt for A in alts.values()]
             est.add(np.stack(cols, axis=1))
             if forward_vs_reduced == 0.0:  # the forward equals the reduced formula h^T A x_q (eq. 15)
                 reduced = np.einsum("bi,ij,bj->b", pr.h[:1000], G, pr.query[:1000])

@@ -36,7 +36,7 @@ import numpy as np
 from verify import Control, Outcome, check
 from verify.flows.two_layer import TwoLayerLoss, minimise
 from verify.models.linear_transformer import dist_to_identity, sparse_layers
-from verify.models.linear_transformer_monte_carlo import predict_gram
+from verify.models.linear_transformer_monte_carlo import context_gram, predict_gram
 from verify.settings import Setting
 from verify.stats import batch_mean, chunks, z_threshold
 from verify.stats import evaluate as _cf
@@ -135,8 +135,8 @@ def mc_loss(ctx):
         est = batch_mean()
         for k in chunks(total, 20_000):
             pr = sample_prompts(rng, I, n, k)
-            Z0 = pr.tokens()
-            e = {name: (predict_gram(Z0, P, Q) - pr.target) ** 2 for name, (P, Q) in layers.items()}
+            g = context_gram(pr.tokens())   # every stack reads the same prompts
+            e = {name: (predict_gram(g, P, Q) - pr.target) ** 2 for name, (P, Q) in layers.items()}
             est.add(np.stack([e["optimum"]] + [e[name] - e["optimum"] for name in points if name != "optimum"],
                              axis=1))
         r = est.result()
