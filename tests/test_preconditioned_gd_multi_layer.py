@@ -626,3 +626,22 @@ def test_predict_gram_equals_the_forward_pass():
             want = predict(Z, P, Q)
             assert np.max(np.abs(predict_gram(Z, P, Q) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
             assert np.array_equal(predict_gram(context_gram(Z), P, Q), predict_gram(Z, P, Q))
+
+
+def test_predict_query_equals_the_forward_pass():
+    """The query-column-only last layer is the forward pass (eqs. 2-4), linear and ReLU attention (§6),
+    L = 1..3, dense random layers."""
+    from verify.models.linear_transformer import predict
+    from verify.models.linear_transformer_monte_carlo import predict_query
+
+    rng = np.random.default_rng(4)
+    d, n, B = 3, 6, 40
+    Z = rng.standard_normal((B, d + 1, n + 1))
+    Z[:, d, n] = 0.0
+    for L in (1, 2, 3):
+        P, Q = rng.standard_normal((2, L, d + 1, d + 1)) * 0.4
+        for act in (None, "relu"):
+            want = predict(Z, P, Q, activation=act)
+            assert np.max(np.abs(predict_query(Z, P, Q, activation=act) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
+    with pytest.raises(ValueError, match="activation"):
+        predict_query(Z, P[:1], Q[:1], activation="tanh")

@@ -13,7 +13,8 @@ from verify.stats import batch_mean, chunks
 from verify.tasks.preconditioned_gd import Prompts, sample_prompts
 
 __all__ = ["N_PAPER", "D_PAPER", "CHUNK", "STEPS", "OPT_LOSS", "TILT", "planar_moments", "predict_gram",
-           "context_gram", "mc_transformer_loss", "tilted_prompts", "per_prompt_gradients", "full_gradient_z"]
+           "context_gram", "predict_query", "mc_transformer_loss", "tilted_prompts", "per_prompt_gradients",
+           "full_gradient_z"]
 
 #: The paper's sizes (§4.3): context length and dimension.
 N_PAPER, D_PAPER = 20, 5
@@ -113,6 +114,27 @@ def context_gram(Z0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = Z0.shape[2] - 1
     Zc = Z0[:, :, :n]
     return (Zc @ Zc.transpose(0, 2, 1)) / n, Z0[:, :, n]
+
+
+def predict_query(Z0: np.ndarray, P, Q, activation=None) -> np.ndarray:
+    """``TF_L(Z_0) = -[Z_L]_{d+1, n+1}`` (eq. 4) of the transformer with linear or ReLU attention (§6),
+    the same function as :func:`verify.models.linear_transformer.predict` (tests), computing only the
+    query column in the last layer: layers ``0..L-2`` by :func:`~verify.models.linear_transformer.forward`,
+    then ``z_{q,L} = z_{q,L-1} + (1/n) P_{L-1} Z_c sigma(Z_c^T Q_{L-1} z_q)`` (the query column of eq. 2;
+    the other columns of ``Z_L`` never reach the output). At one layer that skips the ``n x (n+1)``
+    score matrix: O(n d) per prompt instead of O(n^2 d). ``Z0`` (B, d+1, n+1); ``P, Q`` (L, d+1, d+1)."""
+    from verify.models.linear_transformer import forward
+
+    P, Q = np.asarray(P, dtype=np.float64), np.asarray(Q, dtype=np.float64)
+    Z = np.asarray(Z0, dtype=np.float64) if P.shape[0] == 1 else forward(Z0, P[:-1], Q[:-1], activation)
+    n = Z.shape[2] - 1
+    Zc, zq = Z[:, :, :n], Z[:, :, n]
+    scores = (zq @ Q[-1].T)[:, None, :] @ Zc                         # (B, 1, n): (Q z_q)^T z_i
+    if activation == "relu":
+        scores = np.maximum(scores, 0.0)
+    elif activation is not None:
+        raise ValueError(f"activation: expected None or 'relu', got {activation!r}")
+    return -(zq[:, -1] + ((scores @ Zc.transpose(0, 2, 1))[:, 0] @ P[-1][-1]) / n)
 
 
 def mc_transformer_loss(rng, Sigma, n, A_list, total, task="inverse", B_list=None):
