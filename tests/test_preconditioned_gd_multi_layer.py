@@ -607,3 +607,41 @@ def test_gdpp_optimum_beats_the_sparse_optimum_and_two_layers():
     for L in (2, 3):
         assert _cf(GDPP_OPT, n=20, d=5, L=L) < _cf(OPT_LOSS, n=20, d=5, L=L)
     assert _cf(GDPP_OPT, n=20, d=5, L=3) < _cf(GDPP_OPT, n=20, d=5, L=2) < _cf(GDPP_OPT, n=20, d=5, L=1)
+
+
+def test_predict_gram_equals_the_forward_pass():
+    """The Gram recursion of the Monte Carlo helpers is the transformer's forward pass (eqs. 2-4):
+    sparse (eq. 8), GD++ (eq. 11) and dense random layers, L = 1..4."""
+    from verify.models.linear_transformer import general_layers, predict, sparse_layers
+    from verify.models.linear_transformer_monte_carlo import context_gram, predict_gram
+
+    rng = np.random.default_rng(3)
+    d, n, B = 4, 7, 50
+    Z = rng.standard_normal((B, d + 1, n + 1))
+    Z[:, d, n] = 0.0
+    for L in (1, 2, 3, 4):
+        A, Bm = rng.standard_normal((L, d, d)) * 0.3, rng.standard_normal((L, d, d)) * 0.3
+        for P, Q in (sparse_layers(A), general_layers(A, Bm),
+                     tuple(rng.standard_normal((2, L, d + 1, d + 1)) * 0.3)):
+            want = predict(Z, P, Q)
+            assert np.max(np.abs(predict_gram(Z, P, Q) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
+            assert np.array_equal(predict_gram(context_gram(Z), P, Q), predict_gram(Z, P, Q))
+
+
+def test_predict_query_equals_the_forward_pass():
+    """The query-column-only last layer is the forward pass (eqs. 2-4), linear and ReLU attention (§6),
+    L = 1..3, dense random layers."""
+    from verify.models.linear_transformer import predict
+    from verify.models.linear_transformer_monte_carlo import predict_query
+
+    rng = np.random.default_rng(4)
+    d, n, B = 3, 6, 40
+    Z = rng.standard_normal((B, d + 1, n + 1))
+    Z[:, d, n] = 0.0
+    for L in (1, 2, 3):
+        P, Q = rng.standard_normal((2, L, d + 1, d + 1)) * 0.4
+        for act in (None, "relu"):
+            want = predict(Z, P, Q, activation=act)
+            assert np.max(np.abs(predict_query(Z, P, Q, activation=act) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
+    with pytest.raises(ValueError, match="activation"):
+        predict_query(Z, P[:1], Q[:1], activation="tanh")

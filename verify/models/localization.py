@@ -211,20 +211,25 @@ def qk_gradient_terms(X, y, W_QK, W_V, W_F, temperature):
     X, y, W_QK, W_V, W_F, lam = _inputs(X, y, W_QK, W_V, W_F, temperature)
     T = X.shape[2]
     xT = X[:, :, -1]
-    omega = _omega(X, W_QK, lam)
+    # batched matrix-vector products (matmul) in place of the equivalent einsums: the same values up to
+    # round-off, several times faster
+    omega = ((xT @ W_QK.T)[:, None, :] @ X)[:, 0] / lam              # x_t^T W_QK x_T / lambda
     u = omega / T - omega.sum(axis=1, keepdims=True) / T**2 + 1.0 / T
     inside = ((u >= 0) & (u <= 1)).astype(float)
     gamma0 = np.where(inside > 0, 1.0 / T, np.where(u > 1, 1.0, 0.0))
-    V = np.einsum("de,bet->bdt", W_F @ W_V, X)                      # W_F W_V X
+    V = (W_F @ W_V) @ X                                              # W_F W_V X
+
+    def row(v, M):                                                   # v^T M per sample, (B, T)
+        return (v[:, None, :] @ M)[:, 0]
 
     def P(v):                                                        # X^T W_V^T W_F^T W_F W_V X v
-        return np.einsum("bdt,bd->bt", V, np.einsum("bdt,bt->bd", V, v))
+        return row((V @ v[:, :, None])[:, :, 0], V)
 
     XG = (X - X.mean(axis=2, keepdims=True)) * (inside / T)[:, None, :]
     diag = inside * (1.0 / T - 1.0 / T**2)                           # gamma~^i_i
-    q = np.einsum("bdt,bd->bt", V, xT @ W_F.T - y)
+    q = row(xT @ W_F.T - y, V)
     pairs = ((XG, P(inside * (u - 1.0 / T))), (XG, P(gamma0)), (XG, q), (X * diag[:, None, :], P(diag * omega)))
-    return tuple(np.einsum("bdt,bt,be->bde", A, v, xT) / lam for A, v in pairs)
+    return tuple((A @ v[:, :, None]) * xT[:, None, :] / lam for A, v in pairs)
 
 
 # =====================================================================================

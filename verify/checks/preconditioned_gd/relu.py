@@ -17,7 +17,7 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
-from verify.models.linear_transformer import predict
+from verify.models.linear_transformer_monte_carlo import predict_query
 from verify.outcomes import z_score
 from verify.settings import Setting
 from verify.stats import batch_mean, chunks, z_threshold
@@ -82,6 +82,13 @@ def relu_mc_loss(ctx):
       the paired gap at ``0.8 A*`` (a fixed matrix: on the random ``A`` the wrong and the
       true gap differ by ``(c_lin - c)(||A||^2 - ||A*||^2)``, which a draw with ``||A|| ~
       ||A*||`` makes vanish; seeds 1 and 3 drew such matrices).
+
+    Quick profile (:data:`RELU_PROMPTS`), seeds 0-19: 20/20 pass, worst discrepancy/tolerance 0.682
+    (seed 6, threshold 5.36); controls' expected z at least 10.1 and 100 (d = 5) and 3.5 and 49 (d = 3)
+    times the threshold. The d = 3 scale control is below 5 x, so no size is reduced; the forward pass
+    reads only the query column of the layer
+    (:func:`~verify.models.linear_transformer_monte_carlo.predict_query`, the same values to round-off),
+    about 0.8 s of CPU instead of 3.4 s (seed 0, the same machine and load).
     """
     rng = ctx.rng
     relu_loss = theory.get("preconditioned_gd.relu.loss")
@@ -98,7 +105,8 @@ def relu_mc_loss(ctx):
         for k in chunks(total, 10_000):
             pr = sample_prompts(rng, np.eye(d), n, k)
             Z0 = pr.tokens()
-            e = {name: (predict(Z0, P, Q, activation="relu") - pr.target) ** 2 for name, (P, Q) in layers.items()}
+            # the forward pass's query column only (predict_query: the same values as predict to round-off)
+            e = {name: (predict_query(Z0, P, Q, activation="relu") - pr.target) ** 2 for name, (P, Q) in layers.items()}
             est.add(np.stack([e["A*"]] + [e[name] - e["A*"] for name in mats if name != "A*"], axis=1))
         r = est.result()
         names = [name for name in mats if name != "A*"]
