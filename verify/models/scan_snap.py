@@ -526,18 +526,23 @@ if nn is not None:
 
     def train_transformer(model, classes: SequenceClasses, *, eta_Y: float, eta_Z: float, steps: int,
                           batch: int = 128, T: int = 128, momentum: float = 0.9, generator=None,
-                          record_every: int = 1):
+                          record_every: int = 1, batches=None):
         """SGD on the batch-mean cross-entropy with two optimisers (decoder eta_Y, attention eta_Z),
         the authors' synthetic protocol (batch 128, T = 128, momentum 0.9). Fresh sequences each step.
+
+        ``batches``: ``steps`` pre-drawn ``classes.sample`` batches to train on instead of drawing them
+        from ``generator`` (runs that share a seed draw the same sequences: draw them once).
 
         Returns a dict with ``steps`` (recorded), ``loss`` (per step), ``c`` (recorded long-sequence
         attention c_n from the current Z, (R, K, M)).
         """
+        if batches is not None and len(batches) != steps:
+            raise ValueError(f"batches: expected {steps} batches (one per step), got {len(batches)}")
         opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eta_Y, momentum=momentum)
         opt_z = torch.optim.SGD(model.attention_parameters(), lr=eta_Z, momentum=momentum)
         losses, rec_steps, cs = [], [0], [classes.attention(model.logit_matrices()[1])]
         for s in range(steps):
-            context, query, label, _ = classes.sample(batch, T, generator)
+            context, query, label, _ = classes.sample(batch, T, generator) if batches is None else batches[s]
             logits, _ = model(context, query)
             loss = nn.functional.cross_entropy(logits, label)
             opt_y.zero_grad()
