@@ -168,7 +168,9 @@ def evaluate(model, ids, T: int, max_windows: int | None = None, chunk: int = 64
         for s in range(0, len(x), chunk):
             xb, yb = torch.from_numpy(x[s:s + chunk]).to(device), torch.from_numpy(y[s:s + chunk]).to(device)
             logits, A, omega = model(xb, return_attention=True)
-            nll = nn.functional.cross_entropy(logits.transpose(1, 2), yb, reduction="none")    # (b, T)
+            # (b T, vocab) rows: the class dimension contiguous (5x faster than (b, vocab, T) on the CPU)
+            nll = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1),
+                                              reduction="none").view(yb.shape)             # (b, T)
             ce_w.append(nll.double().mean(dim=1).cpu())
             e = attention_entropy(A).double().cpu()
             ent_last.append(e[:, -1])
