@@ -30,7 +30,8 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
-from verify.models.scan_snap import OneLayerTransformer, dt_entropy, syn_small, train_transformer
+from verify.models.scan_snap import (OneLayerTransformer, dt_entropy, syn_small, train_transformer,
+                                     train_transformer_side_by_side)
 from verify.settings import Setting
 
 INIT_FIG6 = "zero"
@@ -47,11 +48,10 @@ def _threads():
     return cpu_threads(1)  # tiny matrices: one thread avoids OpenMP overhead on a shared machine
 
 
-def _run(classes, generator, *, eta_Y, eta_Z, steps=100, init="zero", batch=128, T=128, batches=None,
-         record_every=1):
+def _run(classes, generator, *, eta_Y, eta_Z, steps=100, init="zero", batch=128, T=128, batches=None):
     model = OneLayerTransformer(classes.M, init=init, generator=generator)
     out = train_transformer(model, classes, eta_Y=eta_Y, eta_Z=eta_Z, steps=steps, batch=batch, T=T,
-                            generator=generator, batches=batches, record_every=record_every)
+                            generator=generator, batches=batches)
     out["H"] = np.array([dt_entropy(c, classes).mean() for c in out["c"]])
     out["ct_mass"] = np.array([(c * classes.common).sum(1).mean() for c in out["c"]])
     out["top_dt"] = np.array([np.where(classes.distinct, c, 0).max(1).mean() for c in out["c"]])
@@ -176,16 +176,16 @@ def fig6_trends(ctx):
     H = np.zeros((len(eta_Zs), len(ratios), seeds))
     Hf = np.zeros_like(H)  # control: attention frozen
     with _threads():
+        cells = [(i, j) for i in range(len(eta_Zs)) for j in range(len(ratios))]
         for s in range(seeds):
-            # the same sequences in every cell (drawn once); H at the start and the end only
+            # same init and data per seed: the sequences drawn once, the cells trained side by side
             batches = _draw(classes, torch.Generator().manual_seed(base + s), init=INIT_FIG6)
-            for i, eZ in enumerate(eta_Zs):
-                for j, ratio in enumerate(ratios):
-                    g = torch.Generator().manual_seed(base + s)  # same init and data per seed
-                    r = _run(classes, g, eta_Y=eZ * ratio, eta_Z=eZ, init=INIT_FIG6, batches=batches,
-                             record_every=100)
-                    H[i, j, s] = r["H"][-1]
-                    Hf[i, j, s] = r["H"][0]  # eta_Z = 0 leaves Z (hence c_n) at its initial value
+            runs = train_transformer_side_by_side(classes, [(eta_Zs[i] * ratios[j], eta_Zs[i]) for i, j in cells],
+                                                  steps=100, batches=batches, init=INIT_FIG6,
+                                                  generator=torch.Generator().manual_seed(base + s))
+            for (i, j), r in zip(cells, runs):
+                H[i, j, s] = dt_entropy(r["c"][-1], classes).mean()
+                Hf[i, j, s] = dt_entropy(r["c"][0], classes).mean()  # eta_Z = 0 leaves Z (hence c_n) at its start
     mean = np.median(H, axis=2)  # the median: a large eta_Y occasionally ends a run low (see below)
     mean_f = np.median(Hf, axis=2)
 
