@@ -232,7 +232,8 @@ def torch_text_sparsity(ctx):
             late_slope = float(np.polyfit(h["step"][half:], H[half:], 1)[0])
             numbers[f"L={L}"] = {
                 "entropy": {"step": h["step"], "text": H.tolist(), "shuffled": shuf["history"]["entropy"]},
-                "validation_ce": {"text": h["ce"], "shuffled": shuf["history"]["ce"]},
+                "validation_ce_start_end": {"text": [h["ce"][0], h["ce"][-1]],
+                                            "shuffled": [shuf["history"]["ce"][0], shuf["history"]["ce"][-1]]},
                 "claim1": {"mean": m, "se": se, "z": z, "shuffled": {"mean": ms, "se": ses, "z": zsh}},
                 "drop": float(H[0] - H[-1]),
                 "drop_shuffled": shuf["history"]["entropy"][0] - shuf["history"]["entropy"][-1],
