@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import validate
 from ..tasks.text_corpus import sample_windows
-from .localization_lm import PostLNTransformerLM, evaluate
+from .localization_lm import PostLNTransformerLM, _flat_grad, _flat_parameters, evaluate
 
 try:
     import torch
@@ -67,7 +67,8 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
         raise ValueError(f"records: expected a divisor of steps = {steps}, got {records}")
     every = steps // records
     model = PostLNTransformerLM(vocab_size, d, layers, T, generator=generator).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    # SGD and the clipping are elementwise: one pass over all parameters at once (the same arithmetic)
+    flat, params = _flat_parameters(model)
     hist = {"step": [], "entropy": [], "ce": [], "train_ce": []}
     windows = []
     for step in range(steps + 1):
@@ -85,8 +86,10 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
             windows.append(ev["entropy_windows"])
         if step == steps:
             break
-        opt.zero_grad()
+        for p in params:
+            p.grad = None
         ce.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
+        with torch.no_grad():            # torch.nn.utils.clip_grad_norm_, then torch.optim.SGD's step
+            coef = torch.clamp(clip / (nn.utils.get_total_norm([p.grad for p in params]) + 1e-6), max=1.0)
+            flat.add_(_flat_grad(params).mul_(coef), alpha=-lr)
     return {"history": hist, "entropy_windows": np.asarray(windows), "final": ev}
