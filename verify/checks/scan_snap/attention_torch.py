@@ -340,8 +340,8 @@ def torch_eq10(ctx):
             opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eta_Y)
             opt_z = torch.optim.SGD(model.attention_parameters(), lr=eta_Z)
             zrow, zl, f2, gam = [np.zeros(M)], [0.0], [], []
+            Y, Z = model.logit_matrices()
             for s in range(steps):
-                Y, Z = model.logit_matrices()
                 gm, ff = _gamma_of_state(classes, Y, Z, tokens)
                 gam.append(float(gm.mean()) if s <= 3 * tp else -np.inf)   # the peak is at ~tp
                 f2.append(ff)
@@ -353,7 +353,7 @@ def torch_eq10(ctx):
                 loss.backward()
                 opt_y.step()
                 opt_z.step()
-                Z = model.logit_matrices()[1]
+                Y, Z = model.logit_matrices()                      # the next step's state too
                 zrow.append(Z[m].copy())
                 zl.append(float(Z[m, tokens].mean()))
             zrow, zl, f2 = np.array(zrow), np.array(zl), np.array(f2).mean(1)
