@@ -135,3 +135,14 @@ def test_check_full_profile_code_path_on_a_tiny_setting():
     assert {"scale_L2", "entropy_L2", "ce_L2", "rho_L2"} <= set(res.figures)
     bad = run_check(chk, settings={"kappa2": "1,0"})
     assert bad.error.startswith("ValueError: kappa2: ")
+
+
+def test_attention_only_evaluation_gives_the_same_statistics():
+    corpus = Corpus("toy", ("<unk>",) + tuple(f"w{i}" for i in range(11)), *(np.random.default_rng(i).integers(
+        0, 12, size=n).astype(np.int64) for i, n in ((0, 400), (1, 150), (2, 50))))
+    for layers in (1, 2):
+        model = PostLNTransformerLM(12, 8, layers, 6, generator=torch.Generator().manual_seed(layers))
+        full, first = evaluate(model, corpus.valid, 6, chunk=7), evaluate(model, corpus.valid, 6, chunk=7, ce=False)
+        assert set(full) - set(first) == {"ce", "perplexity", "ce_windows"}
+        for k, v in first.items():
+            assert v == full[k], k                  # the same operations on the first block: identical

@@ -71,6 +71,10 @@ def test_baseline_curves_are_the_records():
     # the authors' code: n - 1 = 19 examples, steps eta (n - 1) on their grid, never better than the best step
     assert b["code: PGD, grid step, n - 1 examples"] >= _cf(GD_OPT, Sigma=EYE, n=19, L=2)
     assert b["code: OLS, n - 1 examples"] == 0 and baseline_losses(lam, 3, 1)["code: OLS, n - 1 examples"] == 3
+    # computed once per argument tuple (any sequence type), handed out as a fresh dict each time
+    b["OLS"] = -1.0
+    again = baseline_losses(tuple(lam), 20, 2)
+    assert again["OLS"] == 0 and again is not b and again == {**b, "OLS": 0.0}
 
 
 # -- verify: the algorithms on sampled prompts ---------------------------------------------------------

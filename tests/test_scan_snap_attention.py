@@ -212,3 +212,25 @@ def test_population_run_is_deterministic_and_zero_sum_rows():
     b = population_run(cl, 1.0, 0.05, 50)
     np.testing.assert_array_equal(a["Z"], b["Z"])
     np.testing.assert_allclose(a["Y"].sum(1), 0, atol=1e-13)  # (e_n - alpha) sums to zero (Lemma 1)
+
+
+def test_transformer_side_by_side_runs_are_the_separate_runs():
+    import torch
+
+    from verify.models.scan_snap import train_transformer, train_transformer_side_by_side
+
+    cl = syn_small(separate_queries=False)
+    rates = [(1.0, 0.5), (10.0, 1.0), (0.5, 2.0)]
+    g = torch.Generator().manual_seed(4)
+    OneLayerTransformer(cl.M, generator=g)
+    batches = [cl.sample(8, 16, g) for _ in range(5)]
+    runs = train_transformer_side_by_side(cl, rates, steps=5, batches=batches,
+                                          generator=torch.Generator().manual_seed(4))
+    for (eY, eZ), b in zip(rates, runs):
+        g = torch.Generator().manual_seed(4)
+        a = train_transformer(OneLayerTransformer(cl.M, generator=g), cl, eta_Y=eY, eta_Z=eZ, steps=5, batch=8,
+                              T=16, generator=g, record_every=5)
+        np.testing.assert_array_equal(a["c"], b["c"])           # the same arithmetic, run by run
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-13)
+    with pytest.raises(ValueError, match="^batches:"):
+        train_transformer_side_by_side(cl, rates, steps=4, batches=batches)

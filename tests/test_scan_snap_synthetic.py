@@ -86,3 +86,26 @@ def test_draw_batches_replays_the_batches_of_a_seeded_run():
         np.testing.assert_array_equal(a["loss"], b["loss"])
     with pytest.raises(ValueError, match="^batches:"):
         train_reparam(classes, eta_Y=1.0, eta_Z=1.0, steps=4, batches=draw_batches(classes, 7, steps=3))
+
+
+def test_side_by_side_runs_are_the_separate_runs():
+    torch = pytest.importorskip("torch")
+    from verify.models.scan_snap_synthetic import draw_batches, train_reparam, train_reparam_side_by_side
+
+    classes = syn_medium(2, 1)
+    rates = [(1.0, 0.5), (3.0, 1.0), (0.5, 2.0)]
+    for opt, init in (("sgd", "random"), ("adam", "zero")):
+        batches = draw_batches(classes, 5, steps=6, batch=8, T=16, init=init)
+        runs = train_reparam_side_by_side(classes, rates, steps=6, optimizer=opt, init=init,
+                                          generator=torch.Generator().manual_seed(5), batches=batches)
+        for (eY, eZ), b in zip(rates, runs):
+            a = train_reparam(classes, eta_Y=eY, eta_Z=eZ, steps=6, optimizer=opt, init=init,
+                              generator=torch.Generator().manual_seed(5), batches=batches)
+            np.testing.assert_array_equal(a["Z"], b["Z"])       # the same arithmetic, run by run
+            np.testing.assert_array_equal(a["Y"], b["Y"])
+            np.testing.assert_array_equal(a["c"][[0, -1]], b["c"])
+            np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-13)
+    with pytest.raises(ValueError, match="^batches:"):
+        train_reparam_side_by_side(classes, rates, steps=4, batches=batches)
+    with pytest.raises(ValueError, match="^optimizer:"):
+        train_reparam_side_by_side(classes, rates, steps=6, optimizer="rmsprop", batches=batches)

@@ -31,6 +31,7 @@ decoder_run              Lemma 5's single-class decoder iteration (population_ru
 OneLayerTransformer      torch: embedding, softmax self-attention (separate W_Q, W_K, W_V), the
                          l2 normalisation of §1.2, decoder tied to the embedding, cross-entropy
 train_transformer        SGD (two learning rates eta_Y, eta_Z, momentum) on sampled sequences
+train_transformer_side_by_side  several (eta_Y, eta_Z) from one initialisation on the same batches, stacked
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["SequenceClasses", "syn_small", "syn_medium", "single_common", "attention_velocity", "shared_query_velocity",
            "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
-           "OneLayerTransformer", "train_transformer", "dt_entropy"]
+           "OneLayerTransformer", "train_transformer", "train_transformer_side_by_side", "dt_entropy"]
 
 
 @dataclass(frozen=True)
@@ -526,18 +527,23 @@ if nn is not None:
 
     def train_transformer(model, classes: SequenceClasses, *, eta_Y: float, eta_Z: float, steps: int,
                           batch: int = 128, T: int = 128, momentum: float = 0.9, generator=None,
-                          record_every: int = 1):
+                          record_every: int = 1, batches=None):
         """SGD on the batch-mean cross-entropy with two optimisers (decoder eta_Y, attention eta_Z),
         the authors' synthetic protocol (batch 128, T = 128, momentum 0.9). Fresh sequences each step.
+
+        ``batches``: ``steps`` pre-drawn ``classes.sample`` batches to train on instead of drawing them
+        from ``generator`` (runs that share a seed draw the same sequences: draw them once).
 
         Returns a dict with ``steps`` (recorded), ``loss`` (per step), ``c`` (recorded long-sequence
         attention c_n from the current Z, (R, K, M)).
         """
+        if batches is not None and len(batches) != steps:
+            raise ValueError(f"batches: expected {steps} batches (one per step), got {len(batches)}")
         opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eta_Y, momentum=momentum)
         opt_z = torch.optim.SGD(model.attention_parameters(), lr=eta_Z, momentum=momentum)
         losses, rec_steps, cs = [], [0], [classes.attention(model.logit_matrices()[1])]
         for s in range(steps):
-            context, query, label, _ = classes.sample(batch, T, generator)
+            context, query, label, _ = classes.sample(batch, T, generator) if batches is None else batches[s]
             logits, _ = model(context, query)
             loss = nn.functional.cross_entropy(logits, label)
             opt_y.zero_grad()
@@ -551,6 +557,58 @@ if nn is not None:
                 cs.append(classes.attention(model.logit_matrices()[1]))
         return {"steps": np.array(rec_steps), "loss": np.array(losses), "c": np.array(cs)}
 
+    def train_transformer_side_by_side(classes: SequenceClasses, rates, *, steps: int, batches, momentum: float = 0.9,
+                                       init: str = "zero", generator=None) -> list[dict]:
+        """:func:`train_transformer` for several learning-rate pairs ``rates`` = [(eta_Y, eta_Z), ...] from one
+        :class:`OneLayerTransformer` initialisation (``init``, drawn from ``generator``; d = M, U frozen) on the same
+        pre-drawn ``batches`` (``steps`` of ``classes.sample``): W_Q, W_K, W_V stacked over the runs, one forward and
+        backward pass per step (the runs' losses summed: each run's gradient is its own), torch's momentum-SGD
+        update per run. Returns one dict per pair with ``steps`` ([0, steps]), ``loss`` (per step) and ``c`` (the
+        long-sequence attention at the start and the end, (2, K, M))."""
+        rates = [(float(eY), float(eZ)) for eY, eZ in rates]
+        if not rates:
+            raise ValueError("rates: expected at least one (eta_Y, eta_Z) pair")
+        if batches is None or len(batches) != steps:
+            raise ValueError(f"batches: expected {steps} pre-drawn batches, got "
+                             f"{None if batches is None else len(batches)}")
+        model = OneLayerTransformer(classes.M, init=init, generator=generator)
+        R, M, d = len(rates), classes.M, model.d
+        U = model.U.detach()
+        W = {k: getattr(model, k).detach().expand(R, d, d).clone().requires_grad_(True) for k in ("W_Q", "W_K", "W_V")}
+        lrs = {"W_Q": [eZ for _, eZ in rates], "W_K": [eZ for _, eZ in rates], "W_V": [eY for eY, _ in rates]}
+        bufs = {}
+        c0 = classes.attention(model.logit_matrices()[1])
+        losses = np.zeros((steps, R))
+        scale = math.sqrt(d)
+        for s in range(steps):
+            context, query, label = batches[s][:3]
+            B = context.shape[0]
+            uq = U[query] @ W["W_Q"]                                                     # (R, B, d)
+            per_token = uq @ (U @ W["W_K"]).transpose(1, 2) / scale                      # (R, B, M)
+            idx = context.expand(R, *context.shape)
+            b = torch.softmax(torch.gather(per_token, 2, idx), dim=-1)
+            xb = torch.zeros(R, B, M, dtype=b.dtype).scatter_add(2, idx, b)
+            u = (xb / xb.norm(dim=2, keepdim=True)) @ U
+            logits = (u @ W["W_V"].transpose(1, 2)) @ U.T
+            per = nn.functional.cross_entropy(logits.reshape(R * B, M), label.repeat(R),
+                                              reduction="none").view(R, B).mean(1)
+            for p in W.values():
+                p.grad = None
+            per.sum().backward()
+            losses[s] = per.detach().numpy()
+            with torch.no_grad():
+                for k, p in W.items():                  # torch.optim.SGD: buf = g, then mu buf + g; p -= lr buf
+                    bufs[k] = p.grad.clone() if s == 0 else bufs[k].mul_(momentum).add_(p.grad)
+                    for r, lr in enumerate(lrs[k]):
+                        p[r].add_(bufs[k][r], alpha=-lr)
+        out = []
+        with torch.no_grad():
+            for r in range(R):
+                Z = (U @ W["W_Q"][r] @ W["W_K"][r].T @ U.T / scale).numpy().copy()
+                out.append({"steps": np.array([0, steps]), "loss": losses[:, r].copy(),
+                            "c": np.array([c0, classes.attention(Z)])})
+        return out
+
 else:  # without torch the names still import (so the checks register); using them says what is missing
 
     _NEEDS_TORCH = "needs torch: pip install 'attention-dynamics-theory[torch]'"
@@ -561,3 +619,6 @@ else:  # without torch the names still import (so the checks register); using th
 
     def train_transformer(*args, **kwargs):  # noqa: D103
         raise ImportError(f"train_transformer {_NEEDS_TORCH}")
+
+    def train_transformer_side_by_side(*args, **kwargs):  # noqa: D103
+        raise ImportError(f"train_transformer_side_by_side {_NEEDS_TORCH}")

@@ -22,6 +22,7 @@ Contents
 syn_medium          the data set of one Fig. 6 panel (a SequenceClasses)
 ReparamTransformer  torch module holding Y and Z
 train_reparam       the training loop; returns the attention c_n of the learned Z along the run
+train_reparam_side_by_side  several learning-rate pairs from one initialisation on the same batches, stacked
 draw_batches        the batches a seeded run draws, to share between runs (common random numbers)
 recall_curve        Figs. 11-12's statistic: the fraction of distinct tokens whose attention reaches a threshold
 query_attention     the attention map of each class's query over the vocabulary, softmax_l z_{psi(n), l}
@@ -43,7 +44,7 @@ try:
 except ImportError:  # pragma: no cover
     torch = nn = None
 
-__all__ = ["syn_medium", "ReparamTransformer", "train_reparam", "draw_batches", "recall_curve", "query_attention",
+__all__ = ["syn_medium", "ReparamTransformer", "train_reparam", "train_reparam_side_by_side", "draw_batches", "recall_curve", "query_attention",
            "descent_rate", "top_distinct"]
 
 
@@ -188,6 +189,69 @@ if nn is not None:
         return {"c": np.array(cs), "steps": np.array(rec), "loss": np.array(losses),
                 "Y": model.Y.detach().numpy().copy(), "Z": model.Z.detach().numpy().copy()}
 
+    def train_reparam_side_by_side(classes: SequenceClasses, rates, *, steps: int = 100, optimizer: str = "sgd",
+                                   momentum: float = 0.9, init: str = "random", residual: bool = False,
+                                   generator=None, batches=None) -> list[dict]:
+        """:func:`train_reparam` for several learning-rate pairs ``rates`` = [(eta_Y, eta_Z), ...] from one
+        initialisation (drawn from ``generator``) on the same ``batches`` (:func:`draw_batches`; common random
+        numbers), trained side by side: (Y, Z) stacked over the runs, one forward and backward pass per step (the
+        runs' losses summed: each run's gradient is its own), the optimiser's update per run. The per-operation
+        overhead of the small matrices is paid once, not once per run. Returns one dict per pair, as
+        :func:`train_reparam` with ``record_every=None`` (``c`` at the start and the end)."""
+        if optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
+        rates = [(float(eY), float(eZ)) for eY, eZ in rates]
+        if not rates:
+            raise ValueError("rates: expected at least one (eta_Y, eta_Z) pair")
+        if batches is None or len(batches) != steps:
+            raise ValueError(f"batches: expected {steps} pre-drawn batches (draw_batches), got "
+                             f"{None if batches is None else len(batches)}")
+        model = ReparamTransformer(classes.M, init=init, residual=residual, generator=generator)
+        R, M = len(rates), classes.M
+        Y = model.Y.detach().expand(R, M, M).clone().requires_grad_(True)
+        Z = model.Z.detach().expand(R, M, M).clone().requires_grad_(True)
+        params = {"Y": (Y, [eY for eY, _ in rates]), "Z": (Z, [eZ for _, eZ in rates])}
+        state = {k: {} for k in params}
+        c0 = classes.attention(model.Z.detach().numpy())
+        losses = np.zeros((steps, R))
+        for s in range(steps):
+            context, query, label = batches[s][:3]
+            B = context.shape[0]
+            idx = context.expand(R, *context.shape)
+            b = torch.softmax(torch.gather(Z[:, query], 2, idx), dim=-1)               # (R, B, T-1)
+            xb = torch.zeros(R, B, M, dtype=b.dtype).scatter_add(2, idx, b)           # X^T b per run
+            if residual:
+                xb = xb + nn.functional.one_hot(query, M).to(xb.dtype)
+            logits = torch.bmm(xb / xb.norm(dim=2, keepdim=True), Y)                  # (R, B, M)
+            per = nn.functional.cross_entropy(logits.reshape(R * B, M), label.repeat(R),
+                                              reduction="none").view(R, B).mean(1)
+            Y.grad = Z.grad = None
+            per.sum().backward()
+            losses[s] = per.detach().numpy()
+            with torch.no_grad():
+                for k, (p, lrs) in params.items():
+                    g, st = p.grad, state[k]
+                    if optimizer == "sgd":                   # torch.optim.SGD: buf = g, then mu buf + g
+                        st["buf"] = g.clone() if s == 0 else st["buf"].mul_(momentum).add_(g)
+                        for r, lr in enumerate(lrs):
+                            p[r].add_(st["buf"][r], alpha=-lr)
+                    else:                                    # torch.optim.Adam's arithmetic, default betas, eps
+                        beta1, beta2 = 0.9, 0.999
+                        if s == 0:
+                            st["m"], st["v"] = torch.zeros_like(p), torch.zeros_like(p)
+                        st["m"].lerp_(g, 1 - beta1)
+                        st["v"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                        bc1, bc2 = 1 - beta1 ** float(s + 1), 1 - beta2 ** float(s + 1)
+                        denom = (st["v"].sqrt() / bc2 ** 0.5).add_(1e-8)
+                        for r, lr in enumerate(lrs):
+                            p[r].addcdiv_(st["m"][r], denom[r], value=-(lr / bc1))
+        out = []
+        for r in range(R):
+            Zr = Z[r].detach().numpy().copy()
+            out.append({"c": np.array([c0, classes.attention(Zr)]), "steps": np.array([0, steps]),
+                        "loss": losses[:, r].copy(), "Y": Y[r].detach().numpy().copy(), "Z": Zr})
+        return out
+
     def draw_batches(classes: SequenceClasses, seed: int, *, steps: int = 100, batch: int = 128, T: int = 128,
                      init: str = "random"):
         """The ``steps`` batches that :func:`train_reparam` draws with ``generator=torch.Generator().manual_seed(seed)``
@@ -209,3 +273,6 @@ else:  # without torch the names still import (so the checks register); using th
 
     def draw_batches(*args, **kwargs):  # noqa: D103
         raise ImportError(f"draw_batches {_NEEDS_TORCH}")
+
+    def train_reparam_side_by_side(*args, **kwargs):  # noqa: D103
+        raise ImportError(f"train_reparam_side_by_side {_NEEDS_TORCH}")

@@ -30,7 +30,8 @@ import numpy as np
 
 import theory
 from verify import Control, Outcome, check
-from verify.models.scan_snap import OneLayerTransformer, dt_entropy, syn_small, train_transformer
+from verify.models.scan_snap import (OneLayerTransformer, dt_entropy, syn_small, train_transformer,
+                                     train_transformer_side_by_side)
 from verify.settings import Setting
 
 INIT_FIG6 = "zero"
@@ -47,14 +48,21 @@ def _threads():
     return cpu_threads(1)  # tiny matrices: one thread avoids OpenMP overhead on a shared machine
 
 
-def _run(classes, generator, *, eta_Y, eta_Z, steps=100, init="zero", batch=128, T=128):
+def _run(classes, generator, *, eta_Y, eta_Z, steps=100, init="zero", batch=128, T=128, batches=None):
     model = OneLayerTransformer(classes.M, init=init, generator=generator)
     out = train_transformer(model, classes, eta_Y=eta_Y, eta_Z=eta_Z, steps=steps, batch=batch, T=T,
-                            generator=generator)
+                            generator=generator, batches=batches)
     out["H"] = np.array([dt_entropy(c, classes).mean() for c in out["c"]])
     out["ct_mass"] = np.array([(c * classes.common).sum(1).mean() for c in out["c"]])
     out["top_dt"] = np.array([np.where(classes.distinct, c, 0).max(1).mean() for c in out["c"]])
     return out
+
+
+def _draw(classes, generator, *, steps=100, init="zero", batch=128, T=128):
+    """The batches that :func:`_run` draws from a ``generator`` seeded like this one (after the model's
+    initialisation, replayed here), for runs that share a seed (common random numbers: drawn once)."""
+    OneLayerTransformer(classes.M, init=init, generator=generator)
+    return [classes.sample(batch, T, generator) for _ in range(steps)]
 
 
 def _freeze_time(H, frac=0.1):
@@ -76,12 +84,13 @@ def scan_and_snap(ctx):
     steps = ctx.setting("steps")
     runs = {}
     with _threads():
-        seed = int(ctx.rng.integers(2**31))
-        for name, eY, eZ in (("eta_Y=1", 1.0, 1.0), ("eta_Y=10", 10.0, 1.0), ("frozen attention", 1.0, 0.0)):
-            import torch
+        import torch
 
+        seed = int(ctx.rng.integers(2**31))
+        batches = _draw(classes, torch.Generator().manual_seed(seed), steps=steps)   # drawn once, shared
+        for name, eY, eZ in (("eta_Y=1", 1.0, 1.0), ("eta_Y=10", 10.0, 1.0), ("frozen attention", 1.0, 0.0)):
             g = torch.Generator().manual_seed(seed)  # common random numbers: same data stream and init
-            runs[name] = _run(classes, g, eta_Y=eY, eta_Z=eZ, steps=steps)
+            runs[name] = _run(classes, g, eta_Y=eY, eta_Z=eZ, steps=steps, batches=batches)
 
     def claims(r, ref=None):
         H = r["H"]
@@ -167,13 +176,16 @@ def fig6_trends(ctx):
     H = np.zeros((len(eta_Zs), len(ratios), seeds))
     Hf = np.zeros_like(H)  # control: attention frozen
     with _threads():
+        cells = [(i, j) for i in range(len(eta_Zs)) for j in range(len(ratios))]
         for s in range(seeds):
-            for i, eZ in enumerate(eta_Zs):
-                for j, ratio in enumerate(ratios):
-                    g = torch.Generator().manual_seed(base + s)  # same init and data per seed
-                    r = _run(classes, g, eta_Y=eZ * ratio, eta_Z=eZ, init=INIT_FIG6)
-                    H[i, j, s] = r["H"][-1]
-                    Hf[i, j, s] = r["H"][0]  # eta_Z = 0 leaves Z (hence c_n) at its initial value
+            # same init and data per seed: the sequences drawn once, the cells trained side by side
+            batches = _draw(classes, torch.Generator().manual_seed(base + s), init=INIT_FIG6)
+            runs = train_transformer_side_by_side(classes, [(eta_Zs[i] * ratios[j], eta_Zs[i]) for i, j in cells],
+                                                  steps=100, batches=batches, init=INIT_FIG6,
+                                                  generator=torch.Generator().manual_seed(base + s))
+            for (i, j), r in zip(cells, runs):
+                H[i, j, s] = dt_entropy(r["c"][-1], classes).mean()
+                Hf[i, j, s] = dt_entropy(r["c"][0], classes).mean()  # eta_Z = 0 leaves Z (hence c_n) at its start
     mean = np.median(H, axis=2)  # the median: a large eta_Y occasionally ends a run low (see below)
     mean_f = np.median(Hf, axis=2)
 
@@ -328,8 +340,8 @@ def torch_eq10(ctx):
             opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eta_Y)
             opt_z = torch.optim.SGD(model.attention_parameters(), lr=eta_Z)
             zrow, zl, f2, gam = [np.zeros(M)], [0.0], [], []
+            Y, Z = model.logit_matrices()
             for s in range(steps):
-                Y, Z = model.logit_matrices()
                 gm, ff = _gamma_of_state(classes, Y, Z, tokens)
                 gam.append(float(gm.mean()) if s <= 3 * tp else -np.inf)   # the peak is at ~tp
                 f2.append(ff)
@@ -341,7 +353,7 @@ def torch_eq10(ctx):
                 loss.backward()
                 opt_y.step()
                 opt_z.step()
-                Z = model.logit_matrices()[1]
+                Y, Z = model.logit_matrices()                      # the next step's state too
                 zrow.append(Z[m].copy())
                 zl.append(float(Z[m, tokens].mean()))
             zrow, zl, f2 = np.array(zrow), np.array(zl), np.array(f2).mean(1)
@@ -383,9 +395,9 @@ def torch_eq10(ctx):
         classes = syn_small()
         tokens = np.array([int(np.flatnonzero(classes.distinct[n])[-1]) for n in range(classes.K)])
         part_b, ctrl_mom, e_mom = {}, 0.0, 0.0
+        batches = _draw(classes, ctx.torch_generator())              # every rate sees the same sequences
         for eY in (0.1, 1.0, 10.0):                                  # the paper's 1, 10, and a slower decoder
-            g = ctx.torch_generator()
-            model = OneLayerTransformer(classes.M, init="zero", generator=g)
+            model = OneLayerTransformer(classes.M, init="zero", generator=ctx.torch_generator())
             opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eY, momentum=0.9)
             opt_z = torch.optim.SGD(model.attention_parameters(), lr=1.0, momentum=0.9)
             gam, H = [], []
@@ -393,7 +405,7 @@ def torch_eq10(ctx):
                 Y, Z = model.logit_matrices()
                 gam.append(float(_gamma_of_state(classes, Y, Z, tokens)[0].mean()))
                 H.append(float(dt_entropy(classes.attention(Z), classes).mean()))
-                context, query, label, _ = classes.sample(128, 128, g)
+                context, query, label, _ = batches[s]
                 logits, _ = model(context, query)
                 loss = torch.nn.functional.cross_entropy(logits, label)
                 opt_y.zero_grad()
