@@ -67,8 +67,9 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
         raise ValueError(f"records: expected a divisor of steps = {steps}, got {records}")
     every = steps // records
     model = PostLNTransformerLM(vocab_size, d, layers, T, generator=generator).to(device)
-    # SGD and the clipping are elementwise: one pass over all parameters at once (the same arithmetic)
+    # the SGD step is elementwise: one step over all parameters at once, in one flat buffer (the same arithmetic)
     flat, params = _flat_parameters(model)
+    opt = torch.optim.SGD([flat], lr=lr)
     hist = {"step": [], "entropy": [], "ce": [], "train_ce": []}
     windows = []
     for step in range(steps + 1):
@@ -89,7 +90,7 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
         for p in params:
             p.grad = None
         ce.backward()
-        with torch.no_grad():            # torch.nn.utils.clip_grad_norm_, then torch.optim.SGD's step
-            coef = torch.clamp(clip / (nn.utils.get_total_norm([p.grad for p in params]) + 1e-6), max=1.0)
-            flat.add_(_flat_grad(params).mul_(coef), alpha=-lr)
+        nn.utils.clip_grad_norm_(params, clip)
+        flat.grad = _flat_grad(params)
+        opt.step()
     return {"history": hist, "entropy_windows": np.asarray(windows), "final": ev}
