@@ -86,12 +86,15 @@ def window_mean(log: np.ndarray, frac: float = 0.1) -> np.ndarray:
     return log[-k:].mean(axis=0)
 
 
-def train_sparse(ctx, d: int, L: int, n: int, Sigma, settings: dict):
-    """Adam on the sparse L-layer transformer (eq. 8) from ``A_l`` entries ``N(0, 1e-3^2)``."""
+def train_sparse(ctx, d: int, L: int, n: int, Sigma, settings: dict, dtype: str = "float64"):
+    """Adam on the sparse L-layer transformer (eq. 8) from ``A_l`` entries ``N(0, 1e-3^2)``, in
+    precision ``dtype`` (the model and its prompts)."""
+    import torch
+
     from verify.models.linear_transformer import LinearTransformer, train_adam
 
     gen = ctx.torch_generator(ctx.device)
-    model = LinearTransformer(d, L, "sparse", device=ctx.device).init_(gen, 1e-3)
+    model = LinearTransformer(d, L, "sparse", device=ctx.device, dtype=getattr(torch, dtype)).init_(gen, 1e-3)
     return train_adam(model, Sigma, n, generator=gen, device=ctx.device, log_every=10,
                       stop_above=STOP_ABOVE, iterate=ctx.iterate, **settings)
 
