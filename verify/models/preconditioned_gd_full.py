@@ -119,7 +119,9 @@ def gdpp_errors(info: dict, a_sparse, minima) -> dict:
 def train_gdpp(ctx, d: int, L: int, n: int, Sigma, settings: dict, dtype: str, start_on=None):
     """Adam on the general parametrisation (eq. 11, GD++): from ``N(0, 0.05^2)`` on every
     entry with ``A_l = -start_on[l] Sigma^{-1}`` (the sparse optimum, eq.-11 sign) when
-    ``start_on`` is given, else from ``N(0, 1e-3^2)`` on every entry. Returns ``(run, B_l at the start)``."""
+    ``start_on`` is given (the entries drawn in float64 whatever ``dtype``, so a float32 run
+    starts from the float64 run's draws), else from ``N(0, 1e-3^2)`` on every entry. Returns
+    ``(run, B_l at the start)``."""
     import torch
 
     from verify.models.linear_transformer import LinearTransformer, train_adam
@@ -128,8 +130,7 @@ def train_gdpp(ctx, d: int, L: int, n: int, Sigma, settings: dict, dtype: str, s
     gen = ctx.torch_generator(ctx.device)
     model = LinearTransformer(d, L, "gdpp", device=ctx.device, dtype=getattr(torch, dtype))
     if start_on is not None:
-        model.init_(gen, 0.05)
-        B0 = model.B.detach().cpu().numpy()
+        B0 = LinearTransformer(d, L, "gdpp", device=ctx.device).init_(gen, 0.05).B.detach().cpu().numpy()
         model.load_(A=-start_on[:, None, None] * Sinv, B=B0)
     else:
         model.init_(gen, 1e-3)
