@@ -128,3 +128,24 @@ def test_training_full_code_path_on_a_tiny_setting(monkeypatch, check_id):
     n_ctrl = len(per["run 0"]["controls"])
     assert n_ctrl > 0 and len(res.controls) == n_ctrl + len(per["run 1"]["controls"])
     assert res.criterion.startswith("every one of 2 runs passes")
+
+
+def test_paired_losses_share_the_prompts_and_keep_paired_loss():
+    """Several references on one draw of held-out prompts: the first estimate is paired_loss's for
+    the same generator state, and every estimate pairs the model's own errors on the same prompts."""
+    from verify.models.linear_transformer import general_layers, sparse_layers
+    from verify.models.preconditioned_gd_training import paired_loss, paired_losses
+
+    Sigma = np.diag([1.0, 0.5, 0.25])
+    Sinv = np.linalg.inv(Sigma)
+    model = sparse_layers(np.array([0.6, 1.4])[:, None, None] * Sinv)
+    refs = [sparse_layers(np.array([0.5, 1.5])[:, None, None] * Sinv),
+            general_layers(-np.array([0.5, 1.5])[:, None, None] * Sinv, 0.2 * np.ones(2)[:, None, None] * np.eye(3))]
+    one = paired_loss(np.random.default_rng(5), Sigma, 8, 3000, model, refs[0], chunk=1000)
+    both = paired_losses(np.random.default_rng(5), Sigma, 8, 3000, model, refs, chunk=1000)
+    assert len(both) == 2
+    np.testing.assert_array_equal(both[0].mean, one.mean)
+    np.testing.assert_array_equal(both[0].se, one.se)
+    assert both[1].mean[0] == both[0].mean[0]                   # the model's errors, same prompts
+    assert both[1].mean[1] != both[0].mean[1]
+    np.testing.assert_allclose(both[1].mean[2], both[1].mean[0] - both[1].mean[1], rtol=1e-12)

@@ -13,6 +13,7 @@ from verify.models.preconditioned_gd_training import (
     STOP_ABOVE,
     loss_trajectory,
     paired_loss,
+    paired_losses,
     sqrt_psd,
     window_mean,
 )
@@ -62,14 +63,15 @@ def stalled_outcome(run, L: int, settings: dict, attempts: list) -> Outcome:
 
 
 def full_run_statistics(rng, Sigma, n: int, total: int, model, run, L: int, start_dist_B0: float,
-                        attempts: list) -> dict:
+                        attempts: list, extra_refs=()) -> dict:
     """What a finished run of full ``P_l, Q_l`` is compared with Theorem 4's set by: the
     learned ``A_l`` (eq.-8 sign) and ``B_l`` (averaged over the last 10 % of the logged
     iterates), ``Dist(Sigma^{1/2} A_l Sigma^{1/2}, I)``, ``Dist(A_l, I)``, ``Dist(B_l, I)``,
     ``a_l = tr(Sigma^{1/2} A_l Sigma^{1/2}) / d``, ``b_l = tr B_l / d``, and the held-out loss
     paired with the sparse optimum's (Theorem 3's ``optimal_steps``) on ``total`` prompts of
     ``rng``. ``"_P", "_Q", "_Sinv", "_a_sparse"``: the learned matrices, ``Sigma^{-1}`` and the
-    sparse optimum's steps, for the caller (not for the report)."""
+    sparse optimum's steps, for the caller (not for the report); ``"_extra"``: the held-out loss
+    paired with each layer pair ``(P, Q)`` of ``extra_refs``, on the same prompts."""
     from verify.models.linear_transformer import dist_to_identity, sparse_layers
 
     d = Sigma.shape[0]
@@ -82,8 +84,8 @@ def full_run_statistics(rng, Sigma, n: int, total: int, model, run, L: int, star
     P, Q = (t.detach().cpu().numpy().astype(np.float64) for t in model.matrices())
     a_sparse = np.asarray(_cf("preconditioned_gd.multi_layer.optimal_steps", n=n, d=d, L=L),
                           dtype=float)
-    est = paired_loss(rng, Sigma, n, total, (P, Q),
-                      sparse_layers(a_sparse[:, None, None] * Sinv))
+    est, *extra = paired_losses(rng, Sigma, n, total, (P, Q),
+                                [sparse_layers(a_sparse[:, None, None] * Sinv), *extra_refs])
     f_tr, f_sp, delta = est.mean
     se_delta = est.se[2]
     f_sparse = float(_cf("preconditioned_gd.multi_layer.optimal_loss", n=n, d=d, L=L))
@@ -96,7 +98,7 @@ def full_run_statistics(rng, Sigma, n: int, total: int, model, run, L: int, star
             "optimal_loss (sparse)": f_sparse, "final batch loss": float(run.batch_loss[-1]),
             "start Dist(B_0, I)": start_dist_B0, "attempts": attempts,
             "batch loss": loss_trajectory(run), "seconds": run.seconds,
-            "_P": P, "_Q": Q, "_Sinv": Sinv, "_a_sparse": a_sparse}
+            "_P": P, "_Q": Q, "_Sinv": Sinv, "_a_sparse": a_sparse, "_extra": extra}
 
 
 def gdpp_errors(info: dict, a_sparse, minima) -> dict:

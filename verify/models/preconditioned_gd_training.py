@@ -11,7 +11,7 @@ import numpy as np
 from verify.registry import Outcome
 from verify.stats import batch_mean
 
-__all__ = ["N_CONTEXT", "DIM", "STOP_ABOVE", "sqrt_psd", "paired_loss", "experiment_covariance",
+__all__ = ["N_CONTEXT", "DIM", "STOP_ABOVE", "sqrt_psd", "paired_loss", "paired_losses", "experiment_covariance",
            "loss_trajectory", "stopped_outcome", "window_mean", "train_sparse", "sparse_run_statistics",
            "sparse_figures"]
 
@@ -30,16 +30,28 @@ def paired_loss(rng, Sigma, n, total, layers, layers_ref, chunk=20000):
 
     Returns the :class:`verify.stats.MeanEstimate` of ``(e, e_ref, e - e_ref)``.
     """
+    return paired_losses(rng, Sigma, n, total, layers, [layers_ref], chunk)[0]
+
+
+def paired_losses(rng, Sigma, n, total, layers, refs, chunk=20000):
+    """:func:`paired_loss` of one model against each of several references, all on the same
+    held-out prompts (one draw, the model's forward pass once). The first estimate is the one
+    :func:`paired_loss` returns for the same ``rng``.
+
+    Returns a list of :class:`verify.stats.MeanEstimate` of ``(e, e_ref, e - e_ref)``, one per
+    reference.
+    """
     from verify.models.linear_transformer import predict
     from verify.tasks.preconditioned_gd import iter_prompts
 
-    acc = batch_mean()
+    accs = [batch_mean() for _ in refs]
     for pr in iter_prompts(rng, Sigma, n, total, task="inverse", chunk=chunk):
         Z0 = pr.tokens()
         e = (predict(Z0, *layers) - pr.target) ** 2
-        e_ref = (predict(Z0, *layers_ref) - pr.target) ** 2
-        acc.add(np.stack([e, e_ref, e - e_ref], axis=1))
-    return acc.result()
+        for acc, layers_ref in zip(accs, refs):
+            e_ref = (predict(Z0, *layers_ref) - pr.target) ** 2
+            acc.add(np.stack([e, e_ref, e - e_ref], axis=1))
+    return [acc.result() for acc in accs]
 
 
 def experiment_covariance(ctx):
