@@ -44,23 +44,21 @@ def _run(ctx, Lam, N: int, H: int, w_star, p: float, tests, setting: dict, dtype
     model = MergedLinearAttention(D, H, N, dtype=dtype, device=ctx.device).init_(gen, setting["w_init"])
     steps, per = setting["steps"], max(1, setting["steps"] // EVALUATIONS)
     t, err, M, blocks = [], {"icl": [], "iwl": []}, [], []
-    done = 0
     # one CPU thread, as in the training (the test sets are tiny matrices per sequence: at two threads on a
     # busy 2-core machine an evaluation took 40x longer)
     threads = 1 if torch.device(ctx.device).type == "cpu" else None
-    while True:
+
+    def evaluate(done: int) -> None:
         with torch.no_grad(), cpu_threads(threads):
             for name, (X, y, gram) in tests.items():
                 err[name].append(((model.predict(X, gram=gram) - y) ** 2).to(torch.float64).cpu().numpy())
         t.append(2.0 * setting["eta"] * done)
         M.append(model.effective_matrix().detach().cpu().numpy().astype(np.float64))
         blocks.append(model.zero_block_norms())
-        if done >= steps:
-            break
-        k = min(per, steps - done)
-        train_online_sgd(model, Lam, N, eta=setting["eta"], steps=k, batch=setting["batch"], generator=gen,
-                         device=ctx.device, log_every=k, w_star=w_star, fixed=p)
-        done += k
+
+    # one run, evaluated at every per-th step and at the end (the same draws as one run per stretch)
+    train_online_sgd(model, Lam, N, eta=setting["eta"], steps=steps, batch=setting["batch"], generator=gen,
+                     device=ctx.device, log_every=per, w_star=w_star, fixed=p, callback=evaluate)
     return {"t": np.asarray(t), "icl": np.asarray(err["icl"]), "iwl": np.asarray(err["iwl"]),
             "M": np.asarray(M), "blocks": np.asarray(blocks)}
 
