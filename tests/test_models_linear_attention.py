@@ -321,6 +321,32 @@ def test_train_online_sgd_side_by_side_is_each_run_alone():
         train_online_sgd([], LAM3, N, eta=0.01, steps=1, batch=4, generator=gen(1))
 
 
+def test_train_online_sgd_side_by_side_fixed_portions_are_each_run_alone():
+    # one fixed-task portion per model (App. G): each run is that model trained alone with its portion from a
+    # generator in the same state, bit for bit; equal portions share a batch
+    D, N, w_star = 3, 5, [1.0, -0.5, 0.25]
+    portions = [0.0, 0.25, 0.5, 0.25]
+
+    def models():
+        return [MergedLinearAttention(D, 2, N).init_(gen(12), 0.5) for _ in portions]
+
+    together = train_online_sgd(models(), LAM3, N, eta=0.01, steps=5, batch=16, generator=gen(11),
+                                w_star=w_star, fixed=portions)
+    for model, p, run in zip(models(), portions, together):
+        alone = train_online_sgd(model, LAM3, N, eta=0.01, steps=5, batch=16, generator=gen(11), w_star=w_star,
+                                 fixed=p)
+        np.testing.assert_array_equal(run.M_log, alone.M_log)
+        np.testing.assert_array_equal(run.batch_loss[1:], alone.batch_loss[1:])
+    with pytest.raises(ValueError, match="^fixed"):
+        train_online_sgd(models()[:2], LAM3, N, eta=0.01, steps=1, batch=16, generator=gen(1), w_star=w_star,
+                         fixed=portions)
+    with pytest.raises(ValueError, match="^fixed"):
+        train_online_sgd(models()[0], LAM3, N, eta=0.01, steps=1, batch=16, generator=gen(1), w_star=w_star,
+                         fixed=[0.5])
+    with pytest.raises(ValueError, match="^w_star"):
+        train_online_sgd(models()[:2], LAM3, N, eta=0.01, steps=1, batch=16, generator=gen(1), fixed=[0.0, 0.5])
+
+
 def test_sgd_step_is_torch_sgd_bit_for_bit():
     # the training loop's update is torch.optim.SGD's, to the last bit, in both precisions; a tensor
     # without a gradient is left alone

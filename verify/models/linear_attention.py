@@ -188,18 +188,31 @@ def _draw_tokens(N: int, batch: int, generator, device, dtype, chol: torch.Tenso
                  w_fixed: torch.Tensor | None, n_fixed: int) -> TokenBatch:
     """:func:`sample_tokens` on validated arguments (the online-SGD loop's path): the first ``n_fixed``
     sequences take the task vector ``w_fixed``."""
+    return _draw_token_variants(N, batch, generator, device, dtype, chol, w_fixed, (n_fixed,))[0]
+
+
+def _draw_token_variants(N: int, batch: int, generator, device, dtype, chol: torch.Tensor,
+                         w_fixed: torch.Tensor | None, n_fixed: tuple) -> list[TokenBatch]:
+    """One draw of inputs and task vectors, and for each entry ``n`` of ``n_fixed`` the batch whose first ``n``
+    sequences take the task vector ``w_fixed`` (equal entries share one batch): each what :func:`_draw_tokens`
+    gives from the same generator state, drawn once."""
     D = chol.shape[0]
     g = standard_normal((batch, N + 1, D), generator, device, dtype)
     # columns ~ N(0, Lambda): one matrix product over all tokens (an einsum took 7x longer on a CPU)
     xT = (g @ chol.mT).mT                            # (B, D, N+1)
-    w = standard_normal((batch, D), generator, device, dtype)
-    if n_fixed:
-        w[:n_fixed] = w_fixed
-    y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
-    y_q = y[:, N].clone()
-    y[:, N] = 0.0                                    # the query's label slot
-    X = torch.cat([xT, y.unsqueeze(1)], dim=1)
-    return TokenBatch(X, y_q, w)
+    w0 = standard_normal((batch, D), generator, device, dtype)
+    made = {}
+    for n in n_fixed:
+        if n in made:
+            continue
+        w = w0.clone() if n and len(n_fixed) > 1 else w0
+        if n:
+            w[:n] = w_fixed
+        y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
+        y_q = y[:, N].clone()
+        y[:, N] = 0.0                                    # the query's label slot
+        made[n] = TokenBatch(torch.cat([xT, y.unsqueeze(1)], dim=1), y_q, w)
+    return [made[n] for n in n_fixed]
 
 
 def cubic_features(X: torch.Tensor, order: str = "F") -> torch.Tensor:
@@ -675,7 +688,7 @@ def next_token_population_loss(Lambda, N_max: int, M) -> np.ndarray:
 def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: int,
                      generator: torch.Generator, device=None, log_every: int = 1,
                      iterate: Callable[[Iterable, str], Iterable] | None = None,
-                     threads: int | None = 1, next_token: bool = False, w_star=None, fixed: float = 0.0,
+                     threads: int | None = 1, next_token: bool = False, w_star=None, fixed=0.0,
                      callback: Callable[[int], None] | None = None):
     """Online SGD on freshly sampled batches; log the population loss of ``M``.
 
@@ -724,6 +737,9 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     w_star, fixed
         App. G's task prior (Fig. 14): a portion ``fixed`` of every batch has the task vector
         ``w_star`` (:func:`sample_tokens`). The logged population loss stays that of ``w ~ N(0, I)``.
+        Side by side, ``fixed`` may be one portion per model: the models then see the same inputs and
+        task vectors but for the first ``round(fixed * batch)`` of each one's batch (what each model trained
+        alone from a generator in the same state sees).
     callback : callable, optional
         ``callback(k)`` at every logged step ``k`` (0 before the first step, then after step ``k``'s
         update), e.g. to evaluate the model on test sets during one run instead of many short runs.
@@ -740,13 +756,18 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     batch = validate.integer("batch", batch)
     log_every = validate.integer("log_every", log_every)
     generator = validate.generator(generator)
-    fixed = validate.probability("fixed", fixed)
-    if fixed > 0 and w_star is None:
-        raise ValueError("w_star: a positive fixed portion needs the fixed task vector w_star")
     several = isinstance(model, (list, tuple))
     models = list(model) if several else [model]
     if not models:
         raise ValueError("model: expected at least one model")
+    if isinstance(fixed, (list, tuple, np.ndarray)):
+        if not several or len(fixed) != len(models):
+            raise ValueError(f"fixed: one portion per model trained side by side ({len(models)}), got {fixed!r}")
+        portions = tuple(validate.probability("fixed", f) for f in fixed)
+    else:
+        portions = (validate.probability("fixed", fixed),) * len(models)
+    if max(portions) > 0 and w_star is None:
+        raise ValueError("w_star: a positive fixed portion needs the fixed task vector w_star")
     lam = validate_covariance(Lambda)
     for m in models:
         if not (hasattr(m, "predict") and hasattr(m, "effective_matrix")):
@@ -766,7 +787,9 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         raise ValueError(f"model: the models trained side by side must share a dtype, got {sorted(map(str, dtypes))}")
     dtype = dtypes.pop()
     chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
-    w_fixed, n_fixed = _fixed_tasks(w_star, fixed, batch, chol)
+    w_fixed, _ = _fixed_tasks(w_star, max(portions), batch, chol)
+    n_fixed = tuple(_fixed_tasks(w_star, p, batch, chol)[1] for p in portions)
+    n_drawn = tuple(dict.fromkeys(n_fixed))                  # the distinct batches of a step
     loss_cf = theory.get("linear_attention.merged.loss")
     n_logs = steps // log_every + 2
     logs = [_RunLog(m, max(1, (steps // log_every) // WEIGHT_SNAPSHOTS), n_logs) for m in models]
@@ -786,18 +809,20 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         loop = iterate(loop, "online SGD")
     with cpu_threads(threads if device.type == "cpu" else None):
         for k in loop:
-            X, y_q, _ = _draw_tokens(N, batch, generator, device, dtype, chol, w_fixed, n_fixed)
+            drawn = dict(zip(n_drawn, _draw_token_variants(N, batch, generator, device, dtype, chol, w_fixed,
+                                                              n_drawn)))
             if next_token:                                  # every label, the query's included
-                X[:, -1, -1] = y_q
-                targets = X[:, -1, 1:]
+                for X, y_q, _ in drawn.values():
+                    X[:, -1, -1] = y_q
             losses, auto, views, grads = [], [], [], []
-            for m, man in zip(models, manual):
+            for m, man, n in zip(models, manual, n_fixed):
+                X, y_q, _ = drawn[n]
                 if man:
                     loss, v, g = m.mse_gradients(X, y_q)
                     views += v
                     grads += g
                 else:
-                    loss = torch.mean(((targets - next_token_predictions(m, X)) if next_token
+                    loss = torch.mean(((X[:, -1, 1:] - next_token_predictions(m, X)) if next_token
                                        else (y_q - m.predict(X))) ** 2)
                     auto.append(loss)
                 losses.append(loss)
