@@ -361,10 +361,10 @@ class MergedLinearAttention(nn.Module):
 
     @torch.no_grad()
     def mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
-        """The loss ``mean (y_q - yhat)^2`` of :meth:`predict` and its gradient, without autograd (the linear
-        layer; the online-SGD loop's path, :func:`train_online_sgd`).
+        """The loss ``mean (y_q - yhat)^2`` of :meth:`predict` and its gradient, without autograd (the online-SGD
+        loop's path, :func:`train_online_sgd`; the softmax layer: :meth:`_softmax_mse_gradients`).
 
-        ``T = w^T K`` with ``w`` the rows ``W^V_i[D, :]`` (H, D+1) and ``K`` the flattened ``W^KQ_i``
+        Linear layer: ``T = w^T K`` with ``w`` the rows ``W^V_i[D, :]`` (H, D+1) and ``K`` the flattened ``W^KQ_i``
         (H, (D+1)^2), so ``dL/dw = K G^T`` and ``dL/dK = w G`` with ``G = dL/dT`` from
         :func:`_mse_value_query_gradient`; every other entry of ``W^V_i`` has gradient 0. The same operations
         as autograd's backward of :meth:`predict` (a test compares them). Returns ``(loss, views, grads)``:
@@ -380,7 +380,8 @@ class MergedLinearAttention(nn.Module):
     def _softmax_mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
         """:meth:`mse_gradients` of the softmax layer: :meth:`predict`'s forward, then its backward by hand
         (softmax's own backward kernel for the softmax), with ``r = dL/dyhat``: ``dL/d(value row) = r p``,
-        ``dL/dscore = softmax'(r v)``, through ``score_n = x_n^T W^KQ_i x_q`` to ``W^KQ_i``."""
+        ``dL/dscore = softmax'(r v)``, through ``score_n = x_n^T W^KQ_i x_q`` to ``W^KQ_i``. Autograd's values
+        to float round-off (its contraction for ``dL/d(value row)`` may sum in another order)."""
         B, D, H = X.shape[0], self.D, self.H
         x_q = X[:, :, -1]
         w = self.WV[:, D, :]
@@ -696,10 +697,11 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     ``mean (y_q - yhat)^2`` (the paper's ``L`` without a factor 1/2) and makes one
     ``torch.optim.SGD(lr=eta)`` step (:func:`sgd_step`). A step is an Euler step of ``tau dW/dt = -1/2
     dL/dW`` of size ``dt / tau = 2 eta``, so step k is at ``t / tau = 2 eta k``. A model with
-    ``mse_gradients(X, y_q)`` (the attention layers and the MLP) gives its gradient in closed form, the
-    same operations as autograd's backward of its ``predict`` without building the graph (tests compare
-    them; a step of a small layer cost about half as much); the others' gradients come from one
-    :func:`torch.autograd.grad` call.
+    ``mse_gradients(X, y_q)`` (the attention layers and the MLP) gives its gradient in closed form,
+    autograd's backward of its ``predict`` without building the graph (the same operations for the linear
+    layers, the MLP and the separate softmax layer; the merged softmax layer's to round-off; tests compare
+    them; a step of a small layer cost about half as much); the others' gradients (and the next-token
+    loss's) come from one :func:`torch.autograd.grad` call.
 
     Parameters
     ----------
@@ -793,8 +795,8 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     loss_cf = theory.get("linear_attention.merged.loss")
     n_logs = steps // log_every + 2
     logs = [_RunLog(m, max(1, (steps // log_every) // WEIGHT_SNAPSHOTS), n_logs) for m in models]
-    # the linear layers' gradients in closed form (their mse_gradients(), the same operations as autograd's
-    # backward, without its graph), the others' (softmax, next-token loss, the MLP) from autograd
+    # the layers' and the MLP's gradients in closed form (their mse_gradients(): autograd's backward of
+    # predict() without building its graph), the next-token loss's and other models' from autograd
     manual = [not next_token and hasattr(m, "mse_gradients") and all(p.requires_grad for p in m.parameters())
               for m in models]
     params = [p for m, man in zip(models, manual) if not man for p in m.parameters() if p.requires_grad]

@@ -167,10 +167,11 @@ class SeparateLinearAttention(nn.Module):
 
     @torch.no_grad()
     def mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
-        """The loss ``mean (y_q - yhat)^2`` of :meth:`predict` and its gradient, without autograd (the linear
-        layer; the online-SGD loop's path, :func:`verify.models.linear_attention.train_online_sgd`).
+        """The loss ``mean (y_q - yhat)^2`` of :meth:`predict` and its gradient, without autograd (the online-SGD
+        loop's path, :func:`verify.models.linear_attention.train_online_sgd`; the softmax layer:
+        :meth:`_softmax_mse_gradients`).
 
-        ``T = w^T K`` with ``w`` the rows ``W^V_i[D, :]`` and ``K_i = W^K_i^T W^Q_i`` flattened, so with
+        Linear layer: ``T = w^T K`` with ``w`` the rows ``W^V_i[D, :]`` and ``K_i = W^K_i^T W^Q_i`` flattened, so with
         ``G = dL/dT``: ``dL/dw = K G^T``, ``dL/dK = w G``, ``dL/dW^K_i = W^Q_i (dL/dK_i)^T``, ``dL/dW^Q_i
         = W^K_i dL/dK_i``; every other entry of ``W^V_i`` has gradient 0. The same operations as autograd's
         backward of :meth:`predict` (a test compares them). Returns ``(loss, views, grads)``: the updated
