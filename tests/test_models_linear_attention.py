@@ -321,6 +321,32 @@ def test_train_online_sgd_side_by_side_is_each_run_alone():
         train_online_sgd([], LAM3, N, eta=0.01, steps=1, batch=4, generator=gen(1))
 
 
+def test_train_online_sgd_side_by_side_fixed_portions_are_each_run_alone():
+    # one fixed-task portion per model (App. G): each run is that model trained alone with its portion from a
+    # generator in the same state, bit for bit; equal portions share a batch
+    D, N, w_star = 3, 5, [1.0, -0.5, 0.25]
+    portions = [0.0, 0.25, 0.5, 0.25]
+
+    def models():
+        return [MergedLinearAttention(D, 2, N).init_(gen(12), 0.5) for _ in portions]
+
+    together = train_online_sgd(models(), LAM3, N, eta=0.01, steps=5, batch=16, generator=gen(11),
+                                w_star=w_star, fixed=portions)
+    for model, p, run in zip(models(), portions, together):
+        alone = train_online_sgd(model, LAM3, N, eta=0.01, steps=5, batch=16, generator=gen(11), w_star=w_star,
+                                 fixed=p)
+        np.testing.assert_array_equal(run.M_log, alone.M_log)
+        np.testing.assert_array_equal(run.batch_loss[1:], alone.batch_loss[1:])
+    with pytest.raises(ValueError, match="^fixed"):
+        train_online_sgd(models()[:2], LAM3, N, eta=0.01, steps=1, batch=16, generator=gen(1), w_star=w_star,
+                         fixed=portions)
+    with pytest.raises(ValueError, match="^fixed"):
+        train_online_sgd(models()[0], LAM3, N, eta=0.01, steps=1, batch=16, generator=gen(1), w_star=w_star,
+                         fixed=[0.5])
+    with pytest.raises(ValueError, match="^w_star"):
+        train_online_sgd(models()[:2], LAM3, N, eta=0.01, steps=1, batch=16, generator=gen(1), fixed=[0.0, 0.5])
+
+
 def test_sgd_step_is_torch_sgd_bit_for_bit():
     # the training loop's update is torch.optim.SGD's, to the last bit, in both precisions; a tensor
     # without a gradient is left alone
@@ -342,6 +368,84 @@ def test_sgd_step_is_torch_sgd_bit_for_bit():
     t = torch.ones(3, requires_grad=True)
     sgd_step([t], 1.0)
     assert torch.equal(t.detach(), torch.ones(3))
+
+
+def _layers(dtype, softmax):
+    from verify.models.linear_attention_separate import SeparateLinearAttention
+
+    out = [MergedLinearAttention(3, 2, 5, softmax=softmax, dtype=dtype),
+           MergedLinearAttention(4, 3, 15, softmax=softmax, dtype=dtype),
+           SeparateLinearAttention(3, 2, 1, 5, softmax=softmax, dtype=dtype),
+           SeparateLinearAttention(4, 3, 2, 15, softmax=softmax, dtype=dtype)]
+    if not softmax:
+        out += [MergedLinearAttention(3, 2, 5, rho=6.0, dtype=dtype),
+                SeparateLinearAttention(3, 2, 2, 5, rho=6.0, dtype=dtype),
+                CubicFeatureMLP(3, 2, dtype=dtype), CubicFeatureMLP(3, 2, order="C", dtype=dtype)]
+    return out
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_mse_gradients_are_autograds(softmax, dtype):
+    # the closed-form loss gradients of the training loop against autograd's on predict(), every block
+    # random (vector blocks included), linear (rho = N and N + 1) and softmax, merged and separate
+    g = gen(5)
+    for m in _layers(dtype, softmax):
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=dtype))
+        lam = np.eye(m.D) + 0.1
+        X, y_q, _ = sample_tokens(lam, getattr(m, "N", 5), 64, generator=g, dtype=dtype)
+        params = list(m.parameters())
+        loss = torch.mean((y_q - m.predict(X)) ** 2)
+        auto = torch.autograd.grad(loss, params)
+        value, views, grads = m.mse_gradients(X, y_q)
+        assert value.item() == pytest.approx(loss.item(), rel=1e-12 if dtype == torch.float64 else 1e-6)
+        # every update lands where autograd's gradient is: apply both to zeroed copies
+        with torch.no_grad():
+            saved = [p.detach().clone() for p in params]
+            for p in params:
+                p.zero_()
+            torch._foreach_add_(views, grads)
+            closed = [p.detach().clone() for p in params]
+            for p, s in zip(params, saved):
+                p.copy_(s)
+        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        for a, c in zip(auto, closed):
+            scale = float(a.abs().max())
+            assert scale > 0
+            np.testing.assert_allclose(c.numpy(), a.numpy(), rtol=0, atol=tol * scale)
+
+
+def test_train_online_sgd_is_autograd_and_torch_sgd():
+    # the loop (closed-form gradients, fused update) against a plain autograd + torch.optim.SGD loop
+    from verify.models.linear_attention import _draw_tokens
+
+    for m in _layers(torch.float64, False) + _layers(torch.float64, True):
+        if isinstance(m, CubicFeatureMLP):
+            m.load_(0.5 * torch.randn(m.H, generator=gen(12)), 0.5 * torch.randn(m.H, m.D, m.D, generator=gen(13)))
+            ref = CubicFeatureMLP(m.D, m.H, order=m.order)
+        else:
+            m.init_(gen(12), 0.5)
+            ref = type(m)(*((m.D, m.H, m.R, m.N) if hasattr(m, "R") else (m.D, m.H, m.N)), softmax=m.softmax,
+                          **({} if m.softmax else {"rho": m.rho}))
+        ref.load_state_dict(m.state_dict())
+        lam, N = np.eye(m.D) + 0.1, getattr(m, "N", 5)
+        run = train_online_sgd(m, lam, N, eta=0.05, steps=5, batch=16, generator=gen(11))
+        opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        g = gen(11)
+        chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=torch.float64)
+        losses = []
+        for _ in range(5):
+            X, y_q, _ = _draw_tokens(N, 16, g, torch.device("cpu"), torch.float64, chol, None, 0)
+            opt.zero_grad(set_to_none=True)
+            loss = torch.mean((y_q - ref.predict(X)) ** 2)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        np.testing.assert_allclose(run.batch_loss[1:], losses, rtol=1e-12)
+        for a, b in zip(m.parameters(), ref.parameters()):
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=0, atol=1e-13)
 
 
 def test_train_online_sgd_validation():

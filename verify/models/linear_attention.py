@@ -188,18 +188,31 @@ def _draw_tokens(N: int, batch: int, generator, device, dtype, chol: torch.Tenso
                  w_fixed: torch.Tensor | None, n_fixed: int) -> TokenBatch:
     """:func:`sample_tokens` on validated arguments (the online-SGD loop's path): the first ``n_fixed``
     sequences take the task vector ``w_fixed``."""
+    return _draw_token_variants(N, batch, generator, device, dtype, chol, w_fixed, (n_fixed,))[0]
+
+
+def _draw_token_variants(N: int, batch: int, generator, device, dtype, chol: torch.Tensor,
+                         w_fixed: torch.Tensor | None, n_fixed: tuple) -> list[TokenBatch]:
+    """One draw of inputs and task vectors, and for each entry ``n`` of ``n_fixed`` the batch whose first ``n``
+    sequences take the task vector ``w_fixed`` (equal entries share one batch): each what :func:`_draw_tokens`
+    gives from the same generator state, drawn once."""
     D = chol.shape[0]
     g = standard_normal((batch, N + 1, D), generator, device, dtype)
     # columns ~ N(0, Lambda): one matrix product over all tokens (an einsum took 7x longer on a CPU)
     xT = (g @ chol.mT).mT                            # (B, D, N+1)
-    w = standard_normal((batch, D), generator, device, dtype)
-    if n_fixed:
-        w[:n_fixed] = w_fixed
-    y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
-    y_q = y[:, N].clone()
-    y[:, N] = 0.0                                    # the query's label slot
-    X = torch.cat([xT, y.unsqueeze(1)], dim=1)
-    return TokenBatch(X, y_q, w)
+    w0 = standard_normal((batch, D), generator, device, dtype)
+    made = {}
+    for n in n_fixed:
+        if n in made:
+            continue
+        w = w0.clone() if n and len(n_fixed) > 1 else w0
+        if n:
+            w[:n] = w_fixed
+        y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
+        y_q = y[:, N].clone()
+        y[:, N] = 0.0                                    # the query's label slot
+        made[n] = TokenBatch(torch.cat([xT, y.unsqueeze(1)], dim=1), y_q, w)
+    return [made[n] for n in n_fixed]
 
 
 def cubic_features(X: torch.Tensor, order: str = "F") -> torch.Tensor:
@@ -346,6 +359,44 @@ class MergedLinearAttention(nn.Module):
         d = self.D + 1
         return (self.WV[:, self.D, :].T @ self.WKQ.reshape(self.H, d * d)).reshape(d * d, d)
 
+    @torch.no_grad()
+    def mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
+        """The loss ``mean (y_q - yhat)^2`` of :meth:`predict` and its gradient, without autograd (the online-SGD
+        loop's path, :func:`train_online_sgd`; the softmax layer: :meth:`_softmax_mse_gradients`).
+
+        Linear layer: ``T = w^T K`` with ``w`` the rows ``W^V_i[D, :]`` (H, D+1) and ``K`` the flattened ``W^KQ_i``
+        (H, (D+1)^2), so ``dL/dw = K G^T`` and ``dL/dK = w G`` with ``G = dL/dT`` from
+        :func:`_mse_value_query_gradient`; every other entry of ``W^V_i`` has gradient 0. The same operations
+        as autograd's backward of :meth:`predict` (a test compares them). Returns ``(loss, views, grads)``:
+        the updated tensors are the views ``W^V[:, D, :]`` and ``W^KQ``."""
+        if self.softmax:
+            return self._softmax_mse_gradients(X, y_q)
+        d = self.D + 1
+        w, K = self.WV[:, self.D, :], self.WKQ.reshape(self.H, d * d)
+        loss, G = _mse_value_query_gradient(X, y_q, (w.T @ K).reshape(d * d, d), self.D, self.rho)
+        G = G.reshape(d, d * d)
+        return loss, [w, self.WKQ], [(G @ K.T).T, (w @ G).reshape(self.H, d, d)]
+
+    def _softmax_mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
+        """:meth:`mse_gradients` of the softmax layer: :meth:`predict`'s forward, then its backward by hand
+        (softmax's own backward kernel for the softmax), with ``r = dL/dyhat``: ``dL/d(value row) = r p``,
+        ``dL/dscore = softmax'(r v)``, through ``score_n = x_n^T W^KQ_i x_q`` to ``W^KQ_i``. Autograd's values
+        to float round-off (its contraction for ``dL/d(value row)`` may sum in another order)."""
+        B, D, H = X.shape[0], self.D, self.H
+        x_q = X[:, :, -1]
+        w = self.WV[:, D, :]
+        kq = torch.einsum("hcd,bd->bhc", self.WKQ, x_q)                       # W^KQ_i x_q
+        p = torch.softmax(torch.einsum("bhc,bcn->bhn", kq, X), dim=-1)       # over the N + 1 keys
+        vals = torch.einsum("hc,bcn->bhn", w, X)                             # row D of W^V_i X
+        diff = y_q - (X[:, D, -1] + (vals * p).sum((1, 2)))
+        loss = torch.mean(diff ** 2)
+        r = (-((torch.ones((), dtype=diff.dtype, device=diff.device) / B) * (2 * diff)))[:, None, None]
+        d_scores = torch.ops.aten._softmax_backward_data(r * vals, p, -1, p.dtype)     # (B, H, N+1)
+        d_w = torch.einsum("bhn,bcn->hc", r * p, X)
+        d_kq = d_scores @ X.transpose(1, 2)                                   # (B, H, D+1)
+        d_WKQ = (d_kq.reshape(B, H * (D + 1)).T @ x_q).reshape(H, D + 1, D + 1)
+        return loss, [w, self.WKQ], [d_w, d_WKQ]
+
     def value_query_tensor(self) -> torch.Tensor:
         """``T_{cde} = sum_i W^V_i[D, c] W^KQ_i[d, e]``, shape (D+1, D+1, D+1): the linear layer's
         prediction is ``X[D, N] + (1/rho) sum_{cde} (X X^T)_{cd} T_{cde} x_{q,e}``
@@ -448,6 +499,19 @@ class MergedLinearAttention(nn.Module):
         return self
 
 
+def _mse_value_query_gradient(X: torch.Tensor, y_q: torch.Tensor, T: torch.Tensor, D: int, rho: float):
+    """``(L, dL/dT)`` of ``L = mean (y_q - yhat)^2``, ``yhat = X[D, N] + (1/rho) sum_{cde} (X X^T)_{cd}
+    T_{cde} x_{q,e}`` (``T`` as a ((D+1)^2, D+1) matrix): ``dL/dT = (X X^T)^T (r x_q) / rho`` with ``r =
+    -(2 (y_q - yhat) / B)``, in the order of autograd's backward of that expression."""
+    B, d = X.shape[0], D + 1
+    x_q = X[:, :, -1]
+    gram = (X @ X.transpose(1, 2)).reshape(B, d * d)
+    diff = y_q - (X[:, D, -1] + ((gram @ T) * x_q).sum(-1) / rho)
+    loss = torch.mean(diff ** 2)
+    r = -((torch.ones((), dtype=diff.dtype, device=diff.device) / B) * (2 * diff)) / rho
+    return loss, gram.T @ (r.unsqueeze(-1) * x_q)
+
+
 class CubicFeatureMLP(nn.Module):
     """The two-layer linear network on cubic features, ``yhat = w2^T W1 z`` (eqs. 6-7).
 
@@ -491,6 +555,18 @@ class CubicFeatureMLP(nn.Module):
     def predict(self, X: torch.Tensor) -> torch.Tensor:
         """``yhat`` from token matrices: the network on ``z = vec(beta x_q^T)``."""
         return self.forward(cubic_features(_as_tokens(X, self.D), self.order))
+
+    @torch.no_grad()
+    def mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
+        """The loss ``mean (y_q - yhat)^2`` of :meth:`predict` and its gradient, without autograd (the online-SGD
+        loop's path, :func:`train_online_sgd`): with ``h = W1 z`` and ``r = dL/dyhat``, ``dL/dw2 = h^T r`` and
+        ``dL/dW1 = (r w2^T)^T z``, the same operations as autograd's backward. Returns ``(loss, params, grads)``."""
+        z = cubic_features(_as_tokens(X, self.D), self.order)
+        h = z @ self.W1.T
+        diff = y_q - h @ self.w2
+        loss = torch.mean(diff ** 2)
+        r = -((torch.ones((), dtype=diff.dtype, device=diff.device) / X.shape[0]) * (2 * diff))
+        return loss, [self.W1, self.w2], [torch.outer(r, self.w2).T @ z, h.T @ r]
 
     def effective_matrix(self) -> torch.Tensor:
         """``M = vec^{-1}(W1^T w2)`` (column-major), so that ``yhat = beta^T M x_q``."""
@@ -613,13 +689,19 @@ def next_token_population_loss(Lambda, N_max: int, M) -> np.ndarray:
 def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: int,
                      generator: torch.Generator, device=None, log_every: int = 1,
                      iterate: Callable[[Iterable, str], Iterable] | None = None,
-                     threads: int | None = 1, next_token: bool = False, w_star=None, fixed: float = 0.0):
+                     threads: int | None = 1, next_token: bool = False, w_star=None, fixed=0.0,
+                     callback: Callable[[int], None] | None = None):
     """Online SGD on freshly sampled batches; log the population loss of ``M``.
 
     Each step draws ``batch`` new sequences (:func:`sample_tokens`), takes the loss
     ``mean (y_q - yhat)^2`` (the paper's ``L`` without a factor 1/2) and makes one
     ``torch.optim.SGD(lr=eta)`` step (:func:`sgd_step`). A step is an Euler step of ``tau dW/dt = -1/2
-    dL/dW`` of size ``dt / tau = 2 eta``, so step k is at ``t / tau = 2 eta k``.
+    dL/dW`` of size ``dt / tau = 2 eta``, so step k is at ``t / tau = 2 eta k``. A model with
+    ``mse_gradients(X, y_q)`` (the attention layers and the MLP) gives its gradient in closed form,
+    autograd's backward of its ``predict`` without building the graph (the same operations for the linear
+    layers, the MLP and the separate softmax layer; the merged softmax layer's to round-off; tests compare
+    them; a step of a small layer cost about half as much); the others' gradients (and the next-token
+    loss's) come from one :func:`torch.autograd.grad` call.
 
     Parameters
     ----------
@@ -657,6 +739,12 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     w_star, fixed
         App. G's task prior (Fig. 14): a portion ``fixed`` of every batch has the task vector
         ``w_star`` (:func:`sample_tokens`). The logged population loss stays that of ``w ~ N(0, I)``.
+        Side by side, ``fixed`` may be one portion per model: the models then see the same inputs and
+        task vectors but for the first ``round(fixed * batch)`` of each one's batch (what each model trained
+        alone from a generator in the same state sees).
+    callback : callable, optional
+        ``callback(k)`` at every logged step ``k`` (0 before the first step, then after step ``k``'s
+        update), e.g. to evaluate the model on test sets during one run instead of many short runs.
 
     Returns
     -------
@@ -670,13 +758,18 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     batch = validate.integer("batch", batch)
     log_every = validate.integer("log_every", log_every)
     generator = validate.generator(generator)
-    fixed = validate.probability("fixed", fixed)
-    if fixed > 0 and w_star is None:
-        raise ValueError("w_star: a positive fixed portion needs the fixed task vector w_star")
     several = isinstance(model, (list, tuple))
     models = list(model) if several else [model]
     if not models:
         raise ValueError("model: expected at least one model")
+    if isinstance(fixed, (list, tuple, np.ndarray)):
+        if not several or len(fixed) != len(models):
+            raise ValueError(f"fixed: one portion per model trained side by side ({len(models)}), got {fixed!r}")
+        portions = tuple(validate.probability("fixed", f) for f in fixed)
+    else:
+        portions = (validate.probability("fixed", fixed),) * len(models)
+    if max(portions) > 0 and w_star is None:
+        raise ValueError("w_star: a positive fixed portion needs the fixed task vector w_star")
     lam = validate_covariance(Lambda)
     for m in models:
         if not (hasattr(m, "predict") and hasattr(m, "effective_matrix")):
@@ -696,35 +789,56 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
         raise ValueError(f"model: the models trained side by side must share a dtype, got {sorted(map(str, dtypes))}")
     dtype = dtypes.pop()
     chol = torch.as_tensor(np.linalg.cholesky(lam), dtype=dtype, device=device)
-    w_fixed, n_fixed = _fixed_tasks(w_star, fixed, batch, chol)
+    w_fixed, _ = _fixed_tasks(w_star, max(portions), batch, chol)
+    n_fixed = tuple(_fixed_tasks(w_star, p, batch, chol)[1] for p in portions)
+    n_drawn = tuple(dict.fromkeys(n_fixed))                  # the distinct batches of a step
     loss_cf = theory.get("linear_attention.merged.loss")
     n_logs = steps // log_every + 2
     logs = [_RunLog(m, max(1, (steps // log_every) // WEIGHT_SNAPSHOTS), n_logs) for m in models]
-    params = [[p for p in m.parameters() if p.requires_grad] for m in models]
+    # the layers' and the MLP's gradients in closed form (their mse_gradients(): autograd's backward of
+    # predict() without building its graph), the next-token loss's and other models' from autograd
+    manual = [not next_token and hasattr(m, "mse_gradients") and all(p.requires_grad for p in m.parameters())
+              for m in models]
+    params = [p for m, man in zip(models, manual) if not man for p in m.parameters() if p.requires_grad]
 
     t0 = time.perf_counter()
     for lg in logs:
         lg.log(0, float("nan"))
+    if callback is not None:
+        callback(0)
     loop = range(1, steps + 1)
     if iterate is not None:
         loop = iterate(loop, "online SGD")
     with cpu_threads(threads if device.type == "cpu" else None):
         for k in loop:
-            X, y_q, _ = _draw_tokens(N, batch, generator, device, dtype, chol, w_fixed, n_fixed)
+            drawn = dict(zip(n_drawn, _draw_token_variants(N, batch, generator, device, dtype, chol, w_fixed,
+                                                              n_drawn)))
             if next_token:                                  # every label, the query's included
-                X[:, -1, -1] = y_q
-                targets = X[:, -1, 1:]
-            for m, ps, lg in zip(models, params, logs):
-                for p in ps:
-                    p.grad = None
-                if next_token:
-                    loss = torch.mean((targets - next_token_predictions(m, X)) ** 2)
+                for X, y_q, _ in drawn.values():
+                    X[:, -1, -1] = y_q
+            losses, auto, views, grads = [], [], [], []
+            for m, man, n in zip(models, manual, n_fixed):
+                X, y_q, _ = drawn[n]
+                if man:
+                    loss, v, g = m.mse_gradients(X, y_q)
+                    views += v
+                    grads += g
                 else:
-                    loss = torch.mean((y_q - m.predict(X)) ** 2)
-                loss.backward()
-                sgd_step(ps, eta)
-                if k % log_every == 0 or k == steps:
+                    loss = torch.mean(((X[:, -1, 1:] - next_token_predictions(m, X)) if next_token
+                                       else (y_q - m.predict(X))) ** 2)
+                    auto.append(loss)
+                losses.append(loss)
+            if auto:
+                # the other models' gradients from one pass of the autograd engine (the models share no
+                # parameter: each gradient is that model's alone, the same numbers as a backward() each)
+                views += params
+                grads += torch.autograd.grad(auto, params, allow_unused=True)
+            _sgd_update(views, grads, eta)
+            if k % log_every == 0 or k == steps:
+                for lg, loss in zip(logs, losses):
                     lg.log(k, loss.detach())
+                if callback is not None:
+                    callback(k)
         for lg in logs:
             lg.reduce()
     seconds = time.perf_counter() - t0
@@ -742,6 +856,15 @@ def sgd_step(params: list, eta: float) -> None:
     if live:
         with torch.no_grad():
             torch._foreach_add_(live, [p.grad for p in live], alpha=-eta)
+
+
+def _sgd_update(params: list, grads, eta: float) -> None:
+    """``p <- p - eta * g`` for the parameters whose gradient ``g`` is not None: :func:`sgd_step` on
+    gradients returned by :func:`torch.autograd.grad` (the same values to the last bit)."""
+    live = [(p, g) for p, g in zip(params, grads) if g is not None]
+    if live:
+        with torch.no_grad():
+            torch._foreach_add_([p for p, _ in live], [g for _, g in live], alpha=-eta)
 
 
 #: Logged steps whose parameters :func:`train_online_sgd` holds before it reduces them to effective

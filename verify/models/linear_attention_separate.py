@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from .. import validate
-from .linear_attention import DTYPE, _as_param_tensor, _as_tokens
+from .linear_attention import DTYPE, _as_param_tensor, _as_tokens, _mse_value_query_gradient
 
 __all__ = ["SeparateLinearAttention"]
 
@@ -164,6 +164,55 @@ class SeparateLinearAttention(nn.Module):
         d = self.D + 1
         kq = (self.WK.mT @ self.WQ).reshape(self.H, d * d)            # sum_r (k_ir)_d (q_ir)_e per head
         return (self.WV[:, self.D, :].T @ kq).reshape(d * d, d)
+
+    @torch.no_grad()
+    def mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
+        """The loss ``mean (y_q - yhat)^2`` of :meth:`predict` and its gradient, without autograd (the online-SGD
+        loop's path, :func:`verify.models.linear_attention.train_online_sgd`; the softmax layer:
+        :meth:`_softmax_mse_gradients`).
+
+        Linear layer: ``T = w^T K`` with ``w`` the rows ``W^V_i[D, :]`` and ``K_i = W^K_i^T W^Q_i`` flattened, so with
+        ``G = dL/dT``: ``dL/dw = K G^T``, ``dL/dK = w G``, ``dL/dW^K_i = W^Q_i (dL/dK_i)^T``, ``dL/dW^Q_i
+        = W^K_i dL/dK_i``; every other entry of ``W^V_i`` has gradient 0. The same operations as autograd's
+        backward of :meth:`predict` (a test compares them). Returns ``(loss, views, grads)``: the updated
+        tensors are the views ``W^V[:, D, :]``, ``W^K`` and ``W^Q``."""
+        if self.softmax:
+            return self._softmax_mse_gradients(X, y_q)
+        d = self.D + 1
+        w, K = self.WV[:, self.D, :], (self.WK.mT @ self.WQ).reshape(self.H, d * d)
+        loss, G = _mse_value_query_gradient(X, y_q, (w.T @ K).reshape(d * d, d), self.D, self.rho)
+        G = G.reshape(d, d * d)
+        gK = (w @ G).reshape(self.H, d, d)
+        return loss, [w, self.WK, self.WQ], [(G @ K.T).T, (gK @ self.WQ.mT).mT, self.WK @ gK]
+
+    def _softmax_mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
+        """:meth:`mse_gradients` of the softmax layer: :meth:`predict`'s forward, then its backward by hand
+        (softmax's own backward kernel for the softmax), with ``r = dL/dyhat``: ``dL/d(value row) = r p``,
+        ``dL/dscore = softmax'(r v)``, through ``score = (k . x_n)(q . x_q)`` to the key and query rows."""
+        B, d, n1 = X.shape
+        H, R, D = self.H, self.R, self.D
+        HR = H * R
+        x_q = X[:, :, -1]
+        w = self.WV[:, D, :]
+        tokens = X.transpose(0, 1).reshape(d, B * n1)
+        proj = (torch.cat([self.WK.reshape(HR, d), w]) @ tokens).reshape(HR + H, B, n1)
+        keys, vals = proj[:HR], proj[HR:]
+        qp = (self.WQ.reshape(HR, d) @ x_q.T).unsqueeze(-1)                     # (q_ir . x_q), (HR, B, 1)
+        scores = keys * qp
+        if R > 1:
+            scores = scores.reshape(H, R, B, n1).sum(1)
+        p = torch.softmax(scores, dim=-1)
+        diff = y_q - (X[:, D, -1] + (vals * p).sum((0, 2)))
+        loss = torch.mean(diff ** 2)
+        r = (-((torch.ones((), dtype=diff.dtype, device=diff.device) / B) * (2 * diff))).unsqueeze(-1)   # (B, 1)
+        d_vals = r * p
+        d_scores = torch.ops.aten._softmax_backward_data(r * vals, p, -1, p.dtype)
+        if R > 1:
+            d_scores = d_scores.unsqueeze(1).expand(H, R, B, n1).reshape(HR, B, n1)
+        d_qp = (d_scores * keys).sum(-1)                                            # (HR, B)
+        d_proj = torch.cat([d_scores * qp, d_vals]).reshape(HR + H, B * n1)
+        d_W = d_proj @ tokens.T
+        return loss, [self.WK, w, self.WQ], [d_W[:HR].reshape(H, R, d), d_W[HR:], (d_qp @ x_q).reshape(H, R, d)]
 
     # -- blocks -------------------------------------------------------------------------
     def value_scalars(self) -> torch.Tensor:

@@ -32,37 +32,38 @@ QUICK = dict(D=3, N=15, H=4, portions=(0.0, 0.25, 0.5), w_init=1e-2, eta=0.1, ba
 FULL = dict(D=4, N=31, H=8, portions=(0.0, 0.25, 0.5), w_init=1e-2, eta=0.1, batch=1000, steps=8000, test=50000)
 
 
-def _run(ctx, Lam, N: int, H: int, w_star, p: float, tests, setting: dict, dtype):
-    """Train ATTN_M (every block) with a portion ``p`` of the task ``w_star``; evaluate the squared errors
-    on the test sets and the effective matrix and vector-block norms at :data:`EVALUATIONS` points."""
+def _runs(ctx, Lam, N: int, H: int, w_star, portions, tests, setting: dict, dtype) -> dict:
+    """Train ATTN_M (every block) with each portion ``p`` of the task ``w_star``, side by side (the same start
+    and input draws at every ``p``, drawn once); evaluate the squared errors on the test sets and the effective
+    matrix and vector-block norms at :data:`EVALUATIONS` points."""
     import torch
 
     from verify.models.linear_attention import MergedLinearAttention, cpu_threads, train_online_sgd
 
     D = Lam.shape[0]
-    gen = ctx.torch_generator(ctx.device)            # the same start and input draws at every p
-    model = MergedLinearAttention(D, H, N, dtype=dtype, device=ctx.device).init_(gen, setting["w_init"])
+    models = []
+    for _ in portions:                               # the same start at every p
+        gen = ctx.torch_generator(ctx.device)
+        models.append(MergedLinearAttention(D, H, N, dtype=dtype, device=ctx.device).init_(gen, setting["w_init"]))
     steps, per = setting["steps"], max(1, setting["steps"] // EVALUATIONS)
-    t, err, M, blocks = [], {"icl": [], "iwl": []}, [], []
-    done = 0
+    runs = {p: {"t": [], "icl": [], "iwl": [], "M": [], "blocks": []} for p in portions}
     # one CPU thread, as in the training (the test sets are tiny matrices per sequence: at two threads on a
     # busy 2-core machine an evaluation took 40x longer)
     threads = 1 if torch.device(ctx.device).type == "cpu" else None
-    while True:
-        with torch.no_grad(), cpu_threads(threads):
-            for name, (X, y, gram) in tests.items():
-                err[name].append(((model.predict(X, gram=gram) - y) ** 2).to(torch.float64).cpu().numpy())
-        t.append(2.0 * setting["eta"] * done)
-        M.append(model.effective_matrix().detach().cpu().numpy().astype(np.float64))
-        blocks.append(model.zero_block_norms())
-        if done >= steps:
-            break
-        k = min(per, steps - done)
-        train_online_sgd(model, Lam, N, eta=setting["eta"], steps=k, batch=setting["batch"], generator=gen,
-                         device=ctx.device, log_every=k, w_star=w_star, fixed=p)
-        done += k
-    return {"t": np.asarray(t), "icl": np.asarray(err["icl"]), "iwl": np.asarray(err["iwl"]),
-            "M": np.asarray(M), "blocks": np.asarray(blocks)}
+
+    def evaluate(done: int) -> None:
+        for model, r in zip(models, runs.values()):
+            with torch.no_grad(), cpu_threads(threads):
+                for name, (X, y, gram) in tests.items():
+                    r[name].append(((model.predict(X, gram=gram) - y) ** 2).to(torch.float64).cpu().numpy())
+            r["t"].append(2.0 * setting["eta"] * done)
+            r["M"].append(model.effective_matrix().detach().cpu().numpy().astype(np.float64))
+            r["blocks"].append(model.zero_block_norms())
+
+    # one run, evaluated at every per-th step and at the end (the same draws as one run per stretch and p)
+    train_online_sgd(models, Lam, N, eta=setting["eta"], steps=steps, batch=setting["batch"], generator=gen,
+                     device=ctx.device, log_every=per, w_star=w_star, fixed=list(portions), callback=evaluate)
+    return {p: {k: np.asarray(v) for k, v in r.items()} for p, r in runs.items()}
 
 
 def _z(a, b=None, expected=0.0):
@@ -153,7 +154,7 @@ def torch_training(ctx):
         tb = sample_tokens(None, N, n_test, generator=tgen, device=ctx.device, dtype=dtype, chol=chol,
                            w_star=w_star, fixed=fixed)
         tests[name] = (tb.X, tb.y_q, tb.X @ tb.X.transpose(1, 2))   # X X^T once: the layer evaluates these often
-    runs = {p: _run(ctx, Lam, N, H, w_star, p, tests, setting, dtype) for p in ctx.iterate(portions, "portions")}
+    runs = _runs(ctx, Lam, N, H, w_star, portions, tests, setting, dtype)
 
     # the in-context predictor of each evaluated M_t, and the mixture minimisers
     pred = {p: {"icl": np.asarray(_cf(LOSS, Lambda=Lam, N=N, M=r["M"]), float),

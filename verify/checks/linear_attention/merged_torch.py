@@ -144,7 +144,7 @@ def torch_forward_identity(ctx):
                        ("H", "int", 8, 8, 1, 256, "heads H"),
                        ("w_init", "float", 1e-2, 1e-6, 1e-9, 1.0, "scale of the eq.-34 start"),
                        ("eta", "float", 0.0075, 0.05, 1e-5, 10.0, "SGD learning rate"),
-                       ("batch", "int", 500, 1000, 1, 10**6, "fresh sequences per SGD step"),
+                       ("batch", "int", 250, 1000, 1, 10**6, "fresh sequences per SGD step"),
                        ("steps", "int", 1200, 10000, 10, 10**7, "SGD steps"),
                        ("window", "int", 800, 3000, 8, 10**7,
                         "final steps averaged for the converged matrix (8 batch means)")))])
@@ -165,7 +165,10 @@ def torch_training(ctx):
        the 1e-6 two-sided normal quantile.
 
     Quick profile: white ``Lambda = I_4`` (fast sigmoid, fast convergence after the drop),
-    ``N = 31``, ``H = 8``, ``w_init = 1e-2``, ``eta = 0.0075``, batch 500, 1200 steps.
+    ``N = 31``, ``H = 8``, ``w_init = 1e-2``, ``eta = 0.0075``, batch 250, 1200 steps. Seeds 0-19: all
+    pass, worst 0.682 of the tolerance (the attention's half-drop time vs the flow's, seed 7; 0.595 at batch
+    500), the final-loss part at most 0.113; the time-mapping control 9.7-10 times its tolerance (expected
+    10), the ``N -> infinity`` limit at least 45.9 times its threshold (expected at least 45; 87 at batch 500).
     Full profile: the Fig.-1 setting, spectrum (0.4, 0.3, 0.2, 0.1) with random
     eigenvectors, ``w_init = 1e-6``, ``eta = 0.05``, batch 1000, 10000 steps.
     """
