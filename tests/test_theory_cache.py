@@ -380,7 +380,7 @@ def test_a_proof_of_equal_forms_is_kept_and_redone_when_the_comparison_changes(f
     monkeypatch.setattr(cache, "_package_hash", lambda p: "edited" if p == "theory.compare" else "source")
     assert fresh(cf.id).forms_equal("derived", "printed") is True and len(calls) == 3  # compare.py edited
     assert fresh(cf.id).forms_equal("derived", "printed") is True and len(calls) == 3
-    with pytest.raises(ValueError, match="a: expected one of"):
+    with pytest.raises(ValueError, match="first: expected one of"):
         cf.forms_equal("exact", "printed")
     with pytest.raises(ValueError, match="has no printed form"):
         fresh("linear_attention.merged.gradient").forms_equal("derived", "printed")

@@ -230,27 +230,28 @@ class ClosedForm:
         projectors = [sym(n) for n in self.derived_names if sym.kind_of(n) == "matrices"]
         return equal(a, b, covariance=cov, projectors=projectors)
 
-    def forms_equal(self, a: str = "derived", b: str = "printed") -> bool:
-        """:meth:`equal` of this record's forms ``a`` and ``b`` (``derived``, ``printed``,
+    def forms_equal(self, first: str = "derived", second: str = "printed") -> bool:
+        """:meth:`equal` of this record's forms ``first`` and ``second`` (``derived``, ``printed``,
         ``stable``). The verdict is a derivation like the forms themselves: kept in the cache on
         disk (:func:`theory.cache.derivation`), keyed by the source that decides the forms and by
         :mod:`theory.compare`, so an edit to either proves it again (as does the cache turned off)."""
         from . import cache
 
         exprs = {"derived": "expr", "printed": "printed_expr", "stable": "numeric_expr"}
-        for name, form in (("a", a), ("b", b)):
-            if form not in exprs:
-                raise ValueError(f"{name}: expected one of {tuple(exprs)}, got {form!r}")
-        if (a == "printed" or b == "printed") and self.printed is None:
-            raise ValueError(f"{a if a == 'printed' else b}: {self.id} has no printed form")
+        if first not in exprs:
+            raise ValueError(f"first: expected one of {tuple(exprs)}, got {first!r}")
+        if second not in exprs:
+            raise ValueError(f"second: expected one of {tuple(exprs)}, got {second!r}")
+        if "printed" in (first, second) and self.printed is None:
+            raise ValueError(f"{'first' if first == 'printed' else 'second'}: {self.id} has no printed form")
 
         def prove() -> bool:
-            return bool(self.equal(getattr(self, exprs[a]), getattr(self, exprs[b])))
+            return bool(self.equal(getattr(self, exprs[first]), getattr(self, exprs[second])))
 
         packages = cache._defining_packages(self)
         if packages is None:
             return prove()
-        return cache.derivation(f"{self.id}.equal.{a}.{b}", [*packages, "theory.compare"], prove)
+        return cache.derivation(f"{self.id}.equal.{first}.{second}", [*packages, "theory.compare"], prove)
 
     def _args(self):
         from .symbols import dim

@@ -44,8 +44,8 @@ try:
 except ImportError:  # pragma: no cover
     torch = nn = None
 
-__all__ = ["syn_medium", "ReparamTransformer", "train_reparam", "train_reparam_side_by_side", "draw_batches", "recall_curve", "query_attention",
-           "descent_rate", "top_distinct"]
+__all__ = ["syn_medium", "ReparamTransformer", "train_reparam", "train_reparam_side_by_side", "draw_batches",
+           "recall_curve", "query_attention", "descent_rate", "top_distinct"]
 
 
 

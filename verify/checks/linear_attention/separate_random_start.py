@@ -150,7 +150,8 @@ def drop_time_spread(ctx):
 
     Control: two samples of equal spread (the first drop times of the two halves of the draws, unpaired) must
     not pass: reported as ``z_crit / |z|``, expected about ``z_crit / 0.8`` (|z| about 0.8; 6.1 times the
-    threshold), rejected above 1 (seeds 0-19, 24 draws: 1.9-125; 2.2-45 at 32). Over 1000 random splits of the 20 seeds' first drop times the null |z| exceeded 2 in
+    threshold), rejected above 1 (seeds 0-19, 24 draws: 1.9-125; 2.2-45 at 32). Over 1000 random
+    splits of the 20 seeds' first drop times the null |z| exceeded 2 in
     5.4 % (4.6 % nominal), never 4.
     """
     from verify.flows import separate as fs

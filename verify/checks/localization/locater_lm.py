@@ -66,7 +66,8 @@ The two learning phases of Sec. 7 are reported, not asserted (the remark names n
 
 Measured (quick profile, seeds 0-19): passes 20/20, 35-50 s per run on a 2-core machine shared
 with other jobs (about 10 s of CPU; 5.4 s at seed 0 with AdamW's step in one pass over the flat
-parameters and the validation cross-entropy on contiguous rows, 6.3 s before, the same training). Claim by claim, the worst seed against its bound: (1) smallest
+parameters and the validation cross-entropy on contiguous rows, 6.3 s before, the same training).
+Claim by claim, the worst seed against its bound: (1) smallest
 log ratio 0.33 (> 0), stationary-scale error 0.34 % (<= 5 %; prediction 64-2800 times the
 kappa2 = 0 residual); (2) 0.25 % of kappa1's entropy effect (<= 1 %); (3) 0.0016 nats (<= 0.01),
 LOCATER's excess cross-entropy 0.019-0.062 nats (> 0; paired z 3.1-11.4, reported); (4) LOCATER's

@@ -235,7 +235,8 @@ def fig6_panels(ctx):
     adjacent to the flip (the step out of the flip rises by the flip's definition; near-ties there, down to 1e-4,
     are the flip's position, tested by torch_fig6_threshold). Control: 18-20 failed orderings, all. About 3.2 s of
     CPU at seed 0 (24 runs, the six cells of a panel trained side by side, shared with the three checks below;
-    4.5 s one by one, the 10/20 panel's M = 240 matrices taking most of it). Full (seeds 0, 1: 10 initialisations, ratios
+    4.5 s one by one, the 10/20 panel's M = 240 matrices taking most of it). Full (seeds 0, 1: 10
+    initialisations, ratios
     0.5-10, eta_Z 0.5-3, 1280 runs, 7-18 min on 2 shared cores): pass, 66 orderings each, the 24 along eta_Z with
     paired z <= -5 (seed 0) and <= -8.4 (seed 1); seed 0: init-mean entropy at eta_Z 0.5 -> 3, ratio 2: 2.015 ->
     1.788 (1/2), 1.990 -> 1.704 (3/6), 1.994 -> 1.714 (5/10), 2.013 -> 1.809 (10/20); control 66 of 66 failed.
