@@ -49,7 +49,8 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["SequenceClasses", "syn_small", "syn_medium", "single_common", "attention_velocity", "shared_query_velocity",
            "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
-           "OneLayerTransformer", "train_transformer", "train_transformer_side_by_side", "dt_entropy"]
+           "OneLayerTransformer", "train_transformer", "train_transformer_side_by_side", "dt_entropy",
+           "side_by_side_rates", "side_by_side_parameters"]
 
 
 @dataclass(frozen=True)
@@ -446,6 +447,31 @@ def dt_entropy(c: np.ndarray, classes: SequenceClasses) -> np.ndarray:
 
 
 # -- torch: the 1-layer transformer --------------------------------------------------------------
+
+
+def side_by_side_rates(rates, steps: int, batches) -> list[tuple[float, float]]:
+    """The ``(eta_Y, eta_Z)`` pairs of a side-by-side training as floats, after checking that there is at
+    least one and that ``batches`` holds one pre-drawn batch per step."""
+    rates = [(float(eY), float(eZ)) for eY, eZ in rates]
+    if not rates:
+        raise ValueError("rates: expected at least one (eta_Y, eta_Z) pair")
+    if batches is None or len(batches) != steps:
+        raise ValueError(f"batches: expected {steps} pre-drawn batches, got "
+                         f"{None if batches is None else len(batches)}")
+    return rates
+
+
+def side_by_side_parameters(start: dict, optimizer, **options):
+    """Runs trained side by side with torch's optimiser: ``start`` maps a parameter's name to ``(its
+    initial value, the learning rate of each run)``; each run gets its own copy of every parameter (a leaf)
+    in a parameter group of its learning rate, so one ``optimizer`` (e.g. ``torch.optim.SGD``, ``**options``
+    such as ``momentum``) makes every run's own update. Returns ``({name: [leaf per run]}, optimizer)``;
+    a step stacks the leaves (``torch.stack``), so the runs' summed losses give each leaf its own gradient."""
+    runs = {k: [value.clone().requires_grad_(True) for _ in lrs] for k, (value, lrs) in start.items()}
+    groups = [{"params": [p], "lr": lr} for k, (_, lrs) in start.items() for p, lr in zip(runs[k], lrs)]
+    return runs, optimizer(groups, **options)
+
+
 if nn is not None:
 
     class OneLayerTransformer(nn.Module):
@@ -565,24 +591,20 @@ if nn is not None:
         backward pass per step (the runs' losses summed: each run's gradient is its own), torch's momentum-SGD
         update per run. Returns one dict per pair with ``steps`` ([0, steps]), ``loss`` (per step) and ``c`` (the
         long-sequence attention at the start and the end, (2, K, M))."""
-        rates = [(float(eY), float(eZ)) for eY, eZ in rates]
-        if not rates:
-            raise ValueError("rates: expected at least one (eta_Y, eta_Z) pair")
-        if batches is None or len(batches) != steps:
-            raise ValueError(f"batches: expected {steps} pre-drawn batches, got "
-                             f"{None if batches is None else len(batches)}")
+        rates = side_by_side_rates(rates, steps, batches)
         model = OneLayerTransformer(classes.M, init=init, generator=generator)
         R, M, d = len(rates), classes.M, model.d
         U = model.U.detach()
-        W = {k: getattr(model, k).detach().expand(R, d, d).clone().requires_grad_(True) for k in ("W_Q", "W_K", "W_V")}
-        lrs = {"W_Q": [eZ for _, eZ in rates], "W_K": [eZ for _, eZ in rates], "W_V": [eY for eY, _ in rates]}
-        bufs = {}
+        runs, opt = side_by_side_parameters(
+            {k: (getattr(model, k).detach(), [eta[0 if k == "W_V" else 1] for eta in rates])
+             for k in ("W_Q", "W_K", "W_V")}, torch.optim.SGD, momentum=momentum)
         c0 = classes.attention(model.logit_matrices()[1])
         losses = np.zeros((steps, R))
         scale = math.sqrt(d)
         for s in range(steps):
             context, query, label = batches[s][:3]
             B = context.shape[0]
+            W = {k: torch.stack(ps) for k, ps in runs.items()}                           # (R, d, d) each
             uq = U[query] @ W["W_Q"]                                                     # (R, B, d)
             per_token = uq @ (U @ W["W_K"]).transpose(1, 2) / scale                      # (R, B, M)
             idx = context.expand(R, *context.shape)
@@ -592,19 +614,14 @@ if nn is not None:
             logits = (u @ W["W_V"].transpose(1, 2)) @ U.T
             per = nn.functional.cross_entropy(logits.reshape(R * B, M), label.repeat(R),
                                               reduction="none").view(R, B).mean(1)
-            for p in W.values():
-                p.grad = None
+            opt.zero_grad(set_to_none=True)
             per.sum().backward()
             losses[s] = per.detach().numpy()
-            with torch.no_grad():
-                for k, p in W.items():                  # torch.optim.SGD: buf = g, then mu buf + g; p -= lr buf
-                    bufs[k] = p.grad.clone() if s == 0 else bufs[k].mul_(momentum).add_(p.grad)
-                    for r, lr in enumerate(lrs[k]):
-                        p[r].add_(bufs[k][r], alpha=-lr)
+            opt.step()
         out = []
         with torch.no_grad():
             for r in range(R):
-                Z = (U @ W["W_Q"][r] @ W["W_K"][r].T @ U.T / scale).numpy().copy()
+                Z = (U @ runs["W_Q"][r] @ runs["W_K"][r].T @ U.T / scale).numpy().copy()
                 out.append({"steps": np.array([0, steps]), "loss": losses[:, r].copy(),
                             "c": np.array([c0, classes.attention(Z)])})
         return out

@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from verify.models.scan_snap import SequenceClasses, syn_medium  # noqa: F401  (syn_medium: re-exported)
+from verify.models.scan_snap import side_by_side_parameters, side_by_side_rates
 
 try:
     import torch
@@ -200,23 +201,19 @@ if nn is not None:
         :func:`train_reparam` with ``record_every=None`` (``c`` at the start and the end)."""
         if optimizer not in ("sgd", "adam"):
             raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
-        rates = [(float(eY), float(eZ)) for eY, eZ in rates]
-        if not rates:
-            raise ValueError("rates: expected at least one (eta_Y, eta_Z) pair")
-        if batches is None or len(batches) != steps:
-            raise ValueError(f"batches: expected {steps} pre-drawn batches (draw_batches), got "
-                             f"{None if batches is None else len(batches)}")
+        rates = side_by_side_rates(rates, steps, batches)
         model = ReparamTransformer(classes.M, init=init, residual=residual, generator=generator)
         R, M = len(rates), classes.M
-        Y = model.Y.detach().expand(R, M, M).clone().requires_grad_(True)
-        Z = model.Z.detach().expand(R, M, M).clone().requires_grad_(True)
-        params = {"Y": (Y, [eY for eY, _ in rates]), "Z": (Z, [eZ for _, eZ in rates])}
-        state = {k: {} for k in params}
+        cls, options = (torch.optim.SGD, {"momentum": momentum}) if optimizer == "sgd" else (torch.optim.Adam, {})
+        runs, opt = side_by_side_parameters(
+            {"Y": (model.Y.detach(), [eY for eY, _ in rates]), "Z": (model.Z.detach(), [eZ for _, eZ in rates])},
+            cls, **options)
         c0 = classes.attention(model.Z.detach().numpy())
         losses = np.zeros((steps, R))
         for s in range(steps):
             context, query, label = batches[s][:3]
             B = context.shape[0]
+            Y, Z = torch.stack(runs["Y"]), torch.stack(runs["Z"])                      # (R, M, M) each
             idx = context.expand(R, *context.shape)
             b = torch.softmax(torch.gather(Z[:, query], 2, idx), dim=-1)               # (R, B, T-1)
             xb = torch.zeros(R, B, M, dtype=b.dtype).scatter_add(2, idx, b)           # X^T b per run
@@ -225,31 +222,15 @@ if nn is not None:
             logits = torch.bmm(xb / xb.norm(dim=2, keepdim=True), Y)                  # (R, B, M)
             per = nn.functional.cross_entropy(logits.reshape(R * B, M), label.repeat(R),
                                               reduction="none").view(R, B).mean(1)
-            Y.grad = Z.grad = None
+            opt.zero_grad(set_to_none=True)
             per.sum().backward()
             losses[s] = per.detach().numpy()
-            with torch.no_grad():
-                for k, (p, lrs) in params.items():
-                    g, st = p.grad, state[k]
-                    if optimizer == "sgd":                   # torch.optim.SGD: buf = g, then mu buf + g
-                        st["buf"] = g.clone() if s == 0 else st["buf"].mul_(momentum).add_(g)
-                        for r, lr in enumerate(lrs):
-                            p[r].add_(st["buf"][r], alpha=-lr)
-                    else:                                    # torch.optim.Adam's arithmetic, default betas, eps
-                        beta1, beta2 = 0.9, 0.999
-                        if s == 0:
-                            st["m"], st["v"] = torch.zeros_like(p), torch.zeros_like(p)
-                        st["m"].lerp_(g, 1 - beta1)
-                        st["v"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                        bc1, bc2 = 1 - beta1 ** float(s + 1), 1 - beta2 ** float(s + 1)
-                        denom = (st["v"].sqrt() / bc2 ** 0.5).add_(1e-8)
-                        for r, lr in enumerate(lrs):
-                            p[r].addcdiv_(st["m"][r], denom[r], value=-(lr / bc1))
+            opt.step()
         out = []
         for r in range(R):
-            Zr = Z[r].detach().numpy().copy()
+            Zr = runs["Z"][r].detach().numpy().copy()
             out.append({"c": np.array([c0, classes.attention(Zr)]), "steps": np.array([0, steps]),
-                        "loss": losses[:, r].copy(), "Y": Y[r].detach().numpy().copy(), "Z": Zr})
+                        "loss": losses[:, r].copy(), "Y": runs["Y"][r].detach().numpy().copy(), "Z": Zr})
         return out
 
     def draw_batches(classes: SequenceClasses, seed: int, *, steps: int = 100, batch: int = 128, T: int = 128,
