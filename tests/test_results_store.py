@@ -155,12 +155,36 @@ def _dask_processes(tmp_path, n_workers: int, *, env=None, preload=None):
             p.wait(30)
 
 
+#: Four checks that share one training grid (``shares``), and small settings for it (about 1.5 s).
+SHARING = ("scan_snap.attention.torch_fig6_panels", "scan_snap.attention.torch_fig6_threshold",
+           "scan_snap.attention.torch_fig11_recall", "scan_snap.attention.torch_fig12_recall")
+SMALL_GRID = {"panels": "1", "ratio": "1,2,3"}
+
+
+def test_checks_sharing_a_computation_form_one_dask_task():
+    from verify.registry import get_check
+
+    assert {get_check(i).shares for i in SHARING} == {"scan_snap.attention.syn_medium_grid"}
+    tasks = [Task(FAST[0], 0)] + [Task(i, s) for s in (0, 1) for i in SHARING] + [Task(FAST[1], 0)]
+    tasks += [Task(SHARING[0], 0, settings=SMALL_GRID), Task(SHARING[1], 0, device="cuda"),
+              Task(SHARING[2], 0, profile="full")]
+    got = [[i for i, _ in unit] for unit in ex.units(list(enumerate(tasks)))]
+    # one unit per seed, in the order of its first task; other settings, devices or profiles apart
+    assert got == [[0], [1, 2, 3, 4], [5, 6, 7, 8], [9], [10], [11], [12]]
+    assert ex.units([]) == []
+    with pytest.raises(ValueError, match="^shares: expected a non-empty name"):
+        from verify.registry import check
+
+        check("tmp_topic.shares.bad", covers=[], method="exact_flow", title="t", shares=" ")
+
+
 def test_serial_local_cluster_and_remote_scheduler_agree(tmp_path):
     """The same tasks give the same results serially, on --workers 2 and on a scheduler with two
-    workers started as separate processes on 127.0.0.1; figures drawn on the workers come back."""
-    tasks = [Task(i, s) for i in FAST for s in (0, 3)]
+    workers started as separate processes on 127.0.0.1; figures drawn on the workers come back.
+    Checks that share a computation run as one task there (and give what they give serially)."""
+    tasks = [Task(i, s) for i in FAST for s in (0, 3)] + [Task(i, 0, settings=SMALL_GRID) for i in SHARING]
     serial = _summary(execute(tasks))
-    assert all(p for _, _, p, _ in serial)
+    assert all(p for _, _, p, _ in serial[:2 * len(FAST)])  # the small grid need not pass
     drawn = execute(tasks + [Task("scan_snap.h.regimes", 0)], workers=2, draw=True)
     assert _summary(drawn[:-1]) == serial
     # the figures of a run are drawn on its worker and come back with it

@@ -11,7 +11,9 @@ callback (the progress bar):
 * ``scheduler="tcp://host:8786"``: an existing cluster, started by hand (``dask scheduler``,
   ``dask worker ADDRESS``) or by dask-jobqueue on a batch system.
 
-Each task is one Dask task; a task whose worker dies is retried (``retries``). With
+Each task is one Dask task, except that checks sharing a computation through a cache of their
+process (:attr:`verify.registry.Check.shares`) run as one Dask task per seed, profile, device and
+settings (:func:`units`), so that it is computed once; a task whose worker dies is retried (``retries``). With
 ``device="cuda"`` a torch check asks for a worker that declares a ``GPU`` resource
 (``dask worker ADDRESS --resources GPU=1``). A check's result depends only on its id, settings,
 seed and profile, so the same task gives the same result whichever way it runs.
@@ -29,7 +31,8 @@ from typing import Callable
 
 from .registry import CheckResult
 
-__all__ = ["Task", "execute", "run_task", "skipped_result", "Interrupted", "expected_seconds", "task_priority"]
+__all__ = ["Task", "execute", "run_task", "run_tasks", "units", "skipped_result", "Interrupted", "expected_seconds",
+           "task_priority"]
 
 #: Environment variables that cap BLAS / OpenMP threads in a worker process.
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -100,6 +103,35 @@ def run_task(task: Task, threads: int | None = None, progress=None, draw: bool =
 
         draw_ahead(res)
     return res
+
+
+def run_tasks(tasks: list[Task], threads: int | None = None, draw: bool = False) -> list[CheckResult]:
+    """Run several tasks one after another in this process (:func:`run_task`): checks that share a
+    computation (:attr:`verify.registry.Check.shares`) then compute it once."""
+    return [run_task(task, threads, None, draw) for task in tasks]
+
+
+def units(indexed: list[tuple[int, Task]]) -> list[list[tuple[int, Task]]]:
+    """The Dask tasks for ``indexed`` tasks: one per task, except that tasks whose checks share a
+    computation (:attr:`verify.registry.Check.shares`) at the same seed, profile, device and settings
+    form one unit (in their order), which runs in one process. Units come in the order of their first
+    task."""
+    from .registry import get_check
+    from .results import canonical
+
+    out: list[list[tuple[int, Task]]] = []
+    shared: dict[tuple, list[tuple[int, Task]]] = {}
+    for i, task in indexed:
+        name = get_check(task.check_id).shares
+        if name is None:
+            out.append([(i, task)])
+            continue
+        key = (name, task.seed, task.profile, task.device, canonical(task.settings))
+        if key not in shared:
+            shared[key] = []
+            out.append(shared[key])
+        shared[key].append((i, task))
+    return out
 
 
 def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | None = None,
@@ -285,21 +317,27 @@ def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, r
         from .registry import get_check
 
         futures = {}
-        for i, task in indexed:
-            method = get_check(task.check_id).method
-            gpu = task.device == "cuda" and method == "torch"
+        for unit in units(indexed):
+            methods = [get_check(task.check_id).method for _, task in unit]
+            gpu = any(task.device == "cuda" and m == "torch" for (_, task), m in zip(unit, methods))
             # the longest tasks first (a long task started last leaves the other workers idle)
-            fut = client.submit(run_task, task, threads, None, draw, key=task.name, pure=False, retries=retries,
-                                resources={"GPU": 1} if gpu else None,
-                                priority=task_priority(task.check_id, method, estimates))
-            futures[fut] = i
+            priority = sum(task_priority(task.check_id, m, estimates) for (_, task), m in zip(unit, methods))
+            options = dict(pure=False, retries=retries, resources={"GPU": 1} if gpu else None, priority=priority)
+            if len(unit) == 1:
+                fut = client.submit(run_task, unit[0][1], threads, None, draw, key=unit[0][1].name, **options)
+            else:
+                fut = client.submit(run_tasks, [task for _, task in unit], threads, draw,
+                                    key=f"{unit[0][1].name}|and {len(unit) - 1} sharing it", **options)
+            futures[fut] = unit
         for fut in as_completed(futures):
-            i = futures[fut]
+            unit = futures[fut]
             try:
-                res = fut.result()
+                out = fut.result()
+                out = [out] if len(unit) == 1 else out
             except Exception as exc:  # the task's worker died more often than retries allow
-                res = _lost(indexed_task(indexed, i), exc)
-            finished(i, res)
+                out = [_lost(task, exc) for _, task in unit]
+            for (i, _), res in zip(unit, out):
+                finished(i, res)
     except KeyboardInterrupt:
         client.cancel(list(futures) if "futures" in locals() else [])
         raise
@@ -307,10 +345,6 @@ def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, r
         client.close()
         if cluster is not None:
             cluster.close()
-
-
-def indexed_task(indexed, i) -> Task:
-    return next(t for j, t in indexed if j == i)
 
 
 def _lost(task: Task, exc: Exception) -> CheckResult:

@@ -206,6 +206,7 @@ class Check:
     refutes: tuple[tuple[str, str], ...] = ()
     aliases: tuple[str, ...] = ()
     settings: tuple = ()
+    shares: str | None = None
 
     def available(self) -> str | None:
         """None when the check can run here, else why not (a missing optional package)."""
@@ -219,7 +220,7 @@ class Check:
 
 def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Iterable[str] = (),
           decides: Iterable[str] = (), refutes: dict[str, str] | None = None,
-          aliases: Iterable[str] = (), settings: Iterable = ()):
+          aliases: Iterable[str] = (), settings: Iterable = (), shares: str | None = None):
     """Decorator registering a check function ``f(ctx) -> Outcome``.
 
     ``method``: one of :data:`METHODS`: Monte Carlo, the exact gradient flow, torch training, symbolic
@@ -238,9 +239,15 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
     ``settings``: the check's :class:`verify.settings.Setting` objects (the sizes it runs at,
     each with its quick and full value and allowed range); the function reads them with
     ``ctx.setting(name)``.
+    ``shares``: the name of a computation this check shares with other checks through a cache of
+    its process (one training grid behind several figures, say). Run serially the first of them
+    computes it and the others reuse it; on Dask (:mod:`verify.execute`) the checks that share one,
+    at one seed, profile, device and settings, run as one task, so that it is computed once.
     """
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    if shares is not None and (not isinstance(shares, str) or not shares.strip()):
+        raise ValueError(f"shares: expected a non-empty name, got {shares!r}")
     needs = tuple(needs)
     if method == "torch" and "torch" not in needs:  # a torch check needs torch, declared or not
         needs += ("torch",)
@@ -263,7 +270,7 @@ def check(id: str, *, covers: Iterable[str], method: str, title: str, needs: Ite
             if name in _CHECKS or name in _ALIASES:
                 raise ValueError(f"id: check {name!r} registered twice")
         _CHECKS[id] = Check(id, title, covers, method, func, needs, decides,
-                            tuple((refutes or {}).items()), aliases, settings)
+                            tuple((refutes or {}).items()), aliases, settings, shares)
         _ALIASES.update(dict.fromkeys(aliases, id))
         return func
 

@@ -72,6 +72,10 @@ SETTINGS = [
 ]
 
 
+#: What the four Fig. 6 checks share: :func:`_grid`, trained once per process (on Dask they run as one task).
+GRID = "scan_snap.attention.syn_medium_grid"
+
+
 def _threads():
     from verify.models.linear_attention import cpu_threads
 
@@ -218,7 +222,7 @@ def _cells_out_of_domain(eta_Zs, ratios):
 @check("scan_snap.attention.torch_fig6_panels", method="torch", covers=["scan_snap.attention.growth"],
        title="Fig. 6 in its four panels (random init, authors' protocol): the DT entropy falls with eta_Z and "
              "rises with eta_Y/eta_Z past the flip",
-       settings=SETTINGS)
+       settings=SETTINGS, shares=GRID)
 def fig6_panels(ctx):
     """Fig. 6 (§8): "the entropy goes down with larger eta_Z, and goes up by fixing eta_Z and increasing eta_Y
     passing the threshold", in the four Syn-Medium panels (K = 2, 6, 10, 20), with the authors' random
@@ -280,7 +284,7 @@ def _flips(grid, eta_Zs, ratios, key):
 @check("scan_snap.attention.torch_fig6_threshold", method="torch", covers=["scan_snap.attention.growth"],
        title="Fig. 6's threshold eta_Y/eta_Z ~ 2: the entropy's minimum over the ratio sits at 1.5-3 for K = 6-20 "
              "and near 1 for K = 2, moving up with K",
-       settings=SETTINGS)
+       settings=SETTINGS, shares=GRID)
 def fig6_threshold(ctx):
     """Where Fig. 6's ratio trend flips (§8: the entropy "goes up ... increasing eta_Y passing the threshold
     eta_Y/eta_Z ~ 2"). The flip r* of a panel and eta_Z is the ratio of least init-mean DT entropy (cells with
@@ -362,7 +366,7 @@ def fig6_threshold(ctx):
 @check("scan_snap.attention.torch_fig11_recall", method="torch", covers=["scan_snap.attention.growth"],
        title="Fig. 11 (Syn-Medium recall against threshold): a smaller eta_Y/eta_Z gives a slower descent, past "
              "the descent rate's own flip",
-       settings=SETTINGS)
+       settings=SETTINGS, shares=GRID)
 def fig11_recall(ctx):
     """Fig. 11 (App. G): "smaller eta_Y/eta_Z corresponds to a smaller descent rate and thus sparser attention". The
     descent rate D of a run is minus the least-squares slope of the recall of its attention map softmax_l
@@ -422,7 +426,7 @@ def _recall_figures(grid, eta_Zs, ratios):
 
 @check("scan_snap.attention.torch_fig12_recall", method="torch", covers=["scan_snap.attention.growth"],
        title="Fig. 12 (Syn-Medium recall against threshold): a larger eta_Z gives a slower descent",
-       settings=SETTINGS)
+       settings=SETTINGS, shares=GRID)
 def fig12_recall(ctx):
     """Fig. 12 (App. G): "larger eta_Z corresponds to a smaller descent rate and thus sparser attention", with the
     descent rate of torch_fig11_recall.
