@@ -87,35 +87,46 @@ def gauss_rule(n: int, d: int, N: int, *, power: int = 0, shift: int = 0, backen
 
     ``sum_i w_i phi(x_i)`` equals ``int phi(s - shift) s^power mu(ds)`` for every polynomial ``phi``
     of degree ``<= 2N - 1``. numpy: float64 arrays; mpmath: lists of ``mpf`` at the working
-    precision; torch: float64 tensors (the numpy values)."""
+    precision; torch: float64 tensors (the numpy values). The float64 rule is memoised (read-only
+    arrays): the GD++ searches evaluate their loss at the same rule thousands of times."""
+    if backend != "mpmath":
+        nodes, weights = _float64_rule(int(n), int(d), int(N), power, shift)
+        if backend == "torch":
+            import torch
+
+            return torch.tensor(nodes, dtype=torch.float64), torch.tensor(weights, dtype=torch.float64)
+        return nodes, weights
     alpha, beta = recurrence(int(n), int(d), int(N), power)
     alpha = [a - shift for a in alpha]
-    if backend == "mpmath":
-        import mpmath
+    import mpmath
 
-        a = [mpmath.mpf(x.numerator) / x.denominator for x in alpha]
-        sb = [mpmath.sqrt(mpmath.mpf(x.numerator) / x.denominator) for x in beta]
-        J = mpmath.matrix(N, N)
-        for i in range(N):
-            J[i, i] = a[i]
-            if i + 1 < N:
-                J[i, i + 1] = J[i + 1, i] = sb[i + 1]
-        nodes = sorted(mpmath.eigsy(J, eigvals_only=True)) if N > 1 else [a[0]]
-        weights = [1 / _orthonormal_sum(a, sb, x, N, mpmath.mpf(1)) for x in nodes]
-        return nodes, weights
+    a = [mpmath.mpf(x.numerator) / x.denominator for x in alpha]
+    sb = [mpmath.sqrt(mpmath.mpf(x.numerator) / x.denominator) for x in beta]
+    J = mpmath.matrix(N, N)
+    for i in range(N):
+        J[i, i] = a[i]
+        if i + 1 < N:
+            J[i, i + 1] = J[i + 1, i] = sb[i + 1]
+    nodes = sorted(mpmath.eigsy(J, eigvals_only=True)) if N > 1 else [a[0]]
+    weights = [1 / _orthonormal_sum(a, sb, x, N, mpmath.mpf(1)) for x in nodes]
+    return nodes, weights
+
+
+@lru_cache(maxsize=256)
+def _float64_rule(n: int, d: int, N: int, power: int, shift: int):
+    """:func:`gauss_rule` in float64: ``(nodes, weights)``, read-only numpy arrays."""
     import numpy as np
     from scipy.linalg import eigh_tridiagonal
 
     from .wishart import to_number
 
-    a = np.array([to_number(x) for x in alpha])
+    alpha, beta = recurrence(n, d, N, power)
+    a = np.array([to_number(x - shift) for x in alpha])
     sb = np.sqrt(np.array([to_number(x) for x in beta]))
     nodes = eigh_tridiagonal(a, sb[1:], eigvals_only=True) if N > 1 else a.copy()
     weights = 1.0 / _orthonormal_sum(a, sb, nodes, N, np.ones_like(nodes))
-    if backend == "torch":
-        import torch
-
-        return torch.as_tensor(nodes, dtype=torch.float64), torch.as_tensor(weights, dtype=torch.float64)
+    nodes.setflags(write=False)
+    weights.setflags(write=False)
     return nodes, weights
 
 

@@ -344,6 +344,36 @@ def mc_inverse_task(ctx):
        title="Theorem 1's optimum and optimal loss are the merged-model minimum of Zhang et al. 2025 "
              "(Lambda = Sigma, N = n); the derived optima are stationary")
 def one_theory(ctx):
+    """Each identity and control is a sympy proof; the proofs are kept with the derivations in
+    theory's cache (:func:`theory.cache.derivation`), keyed by the source of the records they
+    compare and of :mod:`theory.compare` (an edit there, or ``ATTENTION_THEORY_CACHE=off``,
+    proves them again)."""
+    from theory import cache
+
+    proofs = cache.derivation(f"{TOPIC}.one_theory.proofs",
+                              ["theory.preconditioned_gd", "theory.linear_attention", "theory.compare"],
+                              _one_theory_proofs)
+    claims, stats = proofs["claims"], proofs["controls"]
+    failed = [k for k, ok in claims.items() if not ok]
+    # exact symbolic comparisons (no sampling): each statistic is its own expected value
+    controls = [
+        Control("Theorem-3-model optimum n/(n+d+1) Sigma^-1 == merged.converged_matrix", stats[0], 0.5,
+                expected=stats[0]),
+        Control("optimal_loss == merged.global_min_loss at N + 1", stats[1], 0.5, expected=stats[1]),
+        Control("loss(A) == merged.loss(M = A^T) (transpose convention)", stats[2], 0.5, expected=stats[2]),
+    ]
+    return Outcome(
+        measured={k: bool(v) for k, v in claims.items()}, predicted={k: True for k in claims},
+        discrepancy=float(len(failed)), tolerance=0.0,
+        criterion="sympy proves every identity (exact: spectral images for functions of one covariance, "
+                  "explicit 2x2/3x3 matrices otherwise); each control must be proved different",
+        controls=controls, details={"failed": failed},
+    )
+
+
+def _one_theory_proofs() -> dict:
+    """The sympy proofs of :func:`one_theory`: ``{"claims": {identity: proved}, "controls": [for each
+    wrong form, 0.0 where it is proved equal (the control fails), else 1.0]}``."""
     from theory.compare import equal
     from theory.preconditioned_gd import relu, sym
     from theory.preconditioned_gd import single_layer as sl
@@ -362,9 +392,7 @@ def one_theory(ctx):
             sl.derive_optimal_loss_inverse_task(), sl.worked_optimal_loss_inverse_task()),
         "ReLU gradient vanishes at a* I": relu.stationarity_residual() == 0,
     }
-    failed = [k for k, ok in claims.items() if not ok]
     # controls: wrong forms the same comparisons must tell apart
-
     merged_L = theory.get("linear_attention.merged.global_min_loss").expr
     N = sym("N")
     wrong_loss = merged_L.xreplace({N: N + 1})  # an off-by-one context length
@@ -373,17 +401,4 @@ def one_theory(ctx):
                           covariance=sym("Lambda")) else 1.0,
              0.0 if equal(sl.to_merged_symbols(sl.derive_loss()).xreplace({sym("A"): sym("M").T}),
                           theory.get("linear_attention.merged.loss").expr, covariance=sym("Lambda")) else 1.0]
-    # exact symbolic comparisons (no sampling): each statistic is its own expected value
-    controls = [
-        Control("Theorem-3-model optimum n/(n+d+1) Sigma^-1 == merged.converged_matrix", stats[0], 0.5,
-                expected=stats[0]),
-        Control("optimal_loss == merged.global_min_loss at N + 1", stats[1], 0.5, expected=stats[1]),
-        Control("loss(A) == merged.loss(M = A^T) (transpose convention)", stats[2], 0.5, expected=stats[2]),
-    ]
-    return Outcome(
-        measured={k: bool(v) for k, v in claims.items()}, predicted={k: True for k in claims},
-        discrepancy=float(len(failed)), tolerance=0.0,
-        criterion="sympy proves every identity (exact: spectral images for functions of one covariance, "
-                  "explicit 2x2/3x3 matrices otherwise); each control must be proved different",
-        controls=controls, details={"failed": failed},
-    )
+    return {"claims": {k: bool(v) for k, v in claims.items()}, "controls": stats}
