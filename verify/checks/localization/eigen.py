@@ -33,7 +33,8 @@ def eigenspectrum(ctx):
         w = np.linalg.eigvals(W_QK @ Sigma).real          # real: W ~ Sigma^1/2 W_QK Sigma^1/2
         trW, trW2 = w.sum(), (w**2).sum()
         lam = np.sqrt(d)
-        errs.append(abs(cf["scale"](Sigma=Sigma, W_QK=W_QK) - trW2) / trW2)
+        scale, printed = cf["scale"](Sigma=Sigma, W_QK=W_QK), cf["scale"](printed=True, Sigma=Sigma, W_QK=W_QK)
+        errs.append(abs(scale - trW2) / trW2)
         var = d**2 * np.var(w)
         errs.append(abs(cf["variance"](d=d, trW=trW, trW2=trW2) - var) / var)
         xi, eta = cf["xi"](trW=trW, trW2=trW2), cf["eta"](trW2=trW2, temperature=lam)
@@ -44,10 +45,9 @@ def eigenspectrum(ctx):
         c = rng.normal()
         w_eq = np.linalg.eigvals(c * np.linalg.inv(Sigma) @ Sigma).real
         tight.append(abs(1 - abs(w_eq.sum()) / cf["trace_bound"](d=d, trW2=(w_eq**2).sum())))
-        ctrl_scale.append(abs(cf["scale"](printed=True, Sigma=Sigma, W_QK=W_QK) - trW2) / trW2)
+        ctrl_scale.append(abs(printed - trW2) / trW2)
         ctrl_eta.append(abs(xi * np.sqrt(trW2) / lam**2 * lam - trW) / np.sqrt(trW2))
-        scale = cf["scale"](Sigma=Sigma, W_QK=W_QK)
-        gap_scale.append(abs(cf["scale"](printed=True, Sigma=Sigma, W_QK=W_QK) - scale) / scale)
+        gap_scale.append(abs(printed - scale) / scale)
         gap_eta.append(abs(xi * np.sqrt(trW2) / lam**2 - xi * eta) * lam / np.sqrt(trW2))
     tol = 1e-9
     disc = max(max(errs), max(tight), max(0.0, max(slack) - 1.0))
