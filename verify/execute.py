@@ -317,11 +317,16 @@ def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, r
         from .registry import get_check
 
         futures = {}
+        planned = []
         for unit in units(indexed):
             methods = [get_check(task.check_id).method for _, task in unit]
             gpu = any(task.device == "cuda" and m == "torch" for (_, task), m in zip(unit, methods))
-            # the longest tasks first (a long task started last leaves the other workers idle)
             priority = sum(task_priority(task.check_id, m, estimates) for (_, task), m in zip(unit, methods))
+            planned.append((priority, gpu, unit))
+        # the longest tasks first (a long task started last leaves the other workers idle); submitted in that
+        # order too, since a worker starts the first tasks that reach the scheduler before the rest arrive
+        planned.sort(key=lambda p: -p[0])
+        for priority, gpu, unit in planned:
             options = dict(pure=False, retries=retries, resources={"GPU": 1} if gpu else None, priority=priority)
             if len(unit) == 1:
                 fut = client.submit(run_task, unit[0][1], threads, None, draw, key=unit[0][1].name, **options)
