@@ -335,7 +335,7 @@ def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, r
                                     key=f"{unit[0][1].name}|and {len(unit) - 1} sharing it", **options)
             futures[fut] = unit
         for fut in as_completed(futures):
-            unit = futures[fut]
+            unit = futures.pop(fut)  # the last reference but this one: the worker then drops the result
             try:
                 out = fut.result()
                 out = [out] if len(unit) == 1 else out
