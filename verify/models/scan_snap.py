@@ -50,7 +50,7 @@ except ImportError:  # pragma: no cover
 __all__ = ["SequenceClasses", "syn_small", "syn_medium", "single_common", "attention_velocity", "shared_query_velocity",
            "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
            "OneLayerTransformer", "train_transformer", "train_transformer_side_by_side", "dt_entropy",
-           "side_by_side_rates", "side_by_side_parameters"]
+           "side_by_side_rates", "side_by_side_parameters", "side_by_side_mix", "side_by_side_step"]
 
 
 @dataclass(frozen=True)
@@ -472,6 +472,28 @@ def side_by_side_parameters(start: dict, optimizer, **options):
     return runs, optimizer(groups, **options)
 
 
+def side_by_side_mix(scores, context, M: int):
+    """``X^T b`` per run: the softmax over a batch's contextual tokens of ``scores`` (R, B, M: each run's
+    attention logit of every vocabulary token for each sequence's query), scattered back onto the
+    vocabulary (R, B, M); ``context`` holds the tokens (B, T-1)."""
+    R, B = scores.shape[:2]
+    idx = context.expand(R, *context.shape)
+    b = torch.softmax(torch.gather(scores, 2, idx), dim=-1)                        # (R, B, T-1)
+    return torch.zeros(R, B, M, dtype=b.dtype).scatter_add(2, idx, b)
+
+
+def side_by_side_step(opt, logits, label) -> np.ndarray:
+    """One optimiser step of runs trained side by side: each run's mean cross-entropy of ``logits``
+    (R, B, M) against ``label`` (B,), their sum back-propagated (each run's gradient is its own), then
+    ``opt.step()``. Returns the runs' losses (R,)."""
+    R, B, M = logits.shape
+    per = nn.functional.cross_entropy(logits.reshape(R * B, M), label.repeat(R), reduction="none").view(R, B).mean(1)
+    opt.zero_grad(set_to_none=True)
+    per.sum().backward()
+    opt.step()
+    return per.detach().numpy()
+
+
 if nn is not None:
 
     class OneLayerTransformer(nn.Module):
@@ -603,21 +625,11 @@ if nn is not None:
         scale = math.sqrt(d)
         for s in range(steps):
             context, query, label = batches[s][:3]
-            B = context.shape[0]
             W = {k: torch.stack(ps) for k, ps in runs.items()}                           # (R, d, d) each
             uq = U[query] @ W["W_Q"]                                                     # (R, B, d)
-            per_token = uq @ (U @ W["W_K"]).transpose(1, 2) / scale                      # (R, B, M)
-            idx = context.expand(R, *context.shape)
-            b = torch.softmax(torch.gather(per_token, 2, idx), dim=-1)
-            xb = torch.zeros(R, B, M, dtype=b.dtype).scatter_add(2, idx, b)
+            xb = side_by_side_mix(uq @ (U @ W["W_K"]).transpose(1, 2) / scale, context, M)  # (R, B, M)
             u = (xb / xb.norm(dim=2, keepdim=True)) @ U
-            logits = (u @ W["W_V"].transpose(1, 2)) @ U.T
-            per = nn.functional.cross_entropy(logits.reshape(R * B, M), label.repeat(R),
-                                              reduction="none").view(R, B).mean(1)
-            opt.zero_grad(set_to_none=True)
-            per.sum().backward()
-            losses[s] = per.detach().numpy()
-            opt.step()
+            losses[s] = side_by_side_step(opt, (u @ W["W_V"].transpose(1, 2)) @ U.T, label)
         out = []
         with torch.no_grad():
             for r in range(R):

@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from verify.models.scan_snap import SequenceClasses, syn_medium  # noqa: F401  (syn_medium: re-exported)
-from verify.models.scan_snap import side_by_side_parameters, side_by_side_rates
+from verify.models.scan_snap import side_by_side_mix, side_by_side_parameters, side_by_side_rates, side_by_side_step
 
 try:
     import torch
@@ -212,20 +212,11 @@ if nn is not None:
         losses = np.zeros((steps, R))
         for s in range(steps):
             context, query, label = batches[s][:3]
-            B = context.shape[0]
             Y, Z = torch.stack(runs["Y"]), torch.stack(runs["Z"])                      # (R, M, M) each
-            idx = context.expand(R, *context.shape)
-            b = torch.softmax(torch.gather(Z[:, query], 2, idx), dim=-1)               # (R, B, T-1)
-            xb = torch.zeros(R, B, M, dtype=b.dtype).scatter_add(2, idx, b)           # X^T b per run
+            xb = side_by_side_mix(Z[:, query], context, M)                              # X^T b per run
             if residual:
                 xb = xb + nn.functional.one_hot(query, M).to(xb.dtype)
-            logits = torch.bmm(xb / xb.norm(dim=2, keepdim=True), Y)                  # (R, B, M)
-            per = nn.functional.cross_entropy(logits.reshape(R * B, M), label.repeat(R),
-                                              reduction="none").view(R, B).mean(1)
-            opt.zero_grad(set_to_none=True)
-            per.sum().backward()
-            losses[s] = per.detach().numpy()
-            opt.step()
+            losses[s] = side_by_side_step(opt, torch.bmm(xb / xb.norm(dim=2, keepdim=True), Y), label)
         out = []
         for r in range(R):
             Zr = runs["Z"][r].detach().numpy().copy()
