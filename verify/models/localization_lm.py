@@ -209,24 +209,6 @@ def evaluate(model, ids, T: int, max_windows: int | None = None, chunk: int = 64
     return out
 
 
-def _flat_parameters(model):
-    """Put the model's parameters in one contiguous buffer: each parameter's data becomes a view of
-    ``flat`` (a leaf tensor), so that an elementwise optimiser makes one pass over ``flat`` instead
-    of one per parameter (the same arithmetic per entry). Returns ``(flat, params)``; before each
-    step set ``flat.grad`` to :func:`_flat_grad` ``(params)``."""
-    params = list(model.parameters())
-    flat = torch.cat([p.detach().reshape(-1) for p in params]).requires_grad_(True)
-    offset = 0
-    for p in params:
-        p.data = flat.detach()[offset:offset + p.numel()].view_as(p)
-        offset += p.numel()
-    return flat, params
-
-
-def _flat_grad(params):
-    return torch.cat([p.grad.reshape(-1) for p in params])
-
-
 def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 128, layers: int = 1, T: int = 64,
                      batch: int = 64, steps: int = 1000, lr: float = 2.5e-5, weight_decay: float = 0.01,
                      kappa1: float = 0.0, kappa2: float = 0.0, record_every: int = 50,
@@ -248,9 +230,8 @@ def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 12
     steps = validate.integer("steps", steps, low=0)
     record_every = validate.integer("record_every", record_every)
     model = PostLNTransformerLM(corpus.vocab_size, d, layers, T, generator=generator).to(device)
-    # AdamW is elementwise: one pass over all parameters at once (the per-parameter loop's arithmetic)
-    flat, params = _flat_parameters(model)
-    opt = torch.optim.AdamW([flat], lr=lr, weight_decay=weight_decay)
+    # foreach: torch's multi-tensor AdamW, one pass over all parameters (the per-parameter loop's arithmetic)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=True)
     keys = ("step", "ce", "penalty", "frobenius_sq", "trace", "variance", "entropy_last", "entropy_all", "rho")
     hist = {k: [] for k in keys}
     reg = bool(kappa1 or kappa2)
@@ -275,10 +256,8 @@ def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 12
                 hist["rho"].append(signal_propagation_frequency(omega.detach()).cpu().double().numpy().tolist())
         if step == steps:
             break
-        for p in params:
-            p.grad = None
+        opt.zero_grad()
         (ce + pen if reg else ce).backward()
-        flat.grad = _flat_grad(params)
         opt.step()
     final = eigenspectrum(model.qk(0).detach().cpu().double().numpy())
     final.update(evaluate(model, corpus.split(eval_split), T, eval_windows_max))

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import validate
 from ..tasks.text_corpus import sample_windows
-from .localization_lm import PostLNTransformerLM, _flat_grad, _flat_parameters, evaluate
+from .localization_lm import PostLNTransformerLM, evaluate
 
 try:
     import torch
@@ -67,9 +67,8 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
         raise ValueError(f"records: expected a divisor of steps = {steps}, got {records}")
     every = steps // records
     model = PostLNTransformerLM(vocab_size, d, layers, T, generator=generator).to(device)
-    # the SGD step is elementwise: one step over all parameters at once, in one flat buffer (the same arithmetic)
-    flat, params = _flat_parameters(model)
-    opt = torch.optim.SGD([flat], lr=lr)
+    # foreach: torch's multi-tensor SGD, one step over all parameters (the per-parameter loop's arithmetic)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, foreach=True)
     hist = {"step": [], "entropy": [], "ce": [], "train_ce": []}
     windows = []
     for step in range(steps + 1):
@@ -87,10 +86,8 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
             windows.append(ev["entropy_windows"])
         if step == steps:
             break
-        for p in params:
-            p.grad = None
+        opt.zero_grad()
         ce.backward()
-        nn.utils.clip_grad_norm_(params, clip)
-        flat.grad = _flat_grad(params)
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
     return {"history": hist, "entropy_windows": np.asarray(windows), "final": ev}
