@@ -326,11 +326,57 @@ def test_seeds_keep_figures_of_each_seed_apart(temporary_checks, tmp_path, capsy
 
     temporary_checks("tmp_topic.seeds.fig", drawn)
     assert cli.main(["tmp_topic.seeds.fig", "--seeds", "1-2", "--report", str(tmp_path),
-                     "--quiet"]) == 0
+                     "--quiet", "--figures", "all"]) == 0
     capsys.readouterr()
     names = sorted(p.name for p in (tmp_path / "figures").iterdir() if p.suffix == ".png")
     assert names == ["tmp_topic.seeds.fig-seed1-line.png", "tmp_topic.seeds.fig-seed2-line.png"]
     assert "(figures/tmp_topic.seeds.fig-seed2-line.png)" in (tmp_path / "report.md").read_text()
+
+
+def _figure_check(ctx):
+    out = _passing(ctx)
+    out.figures = {"line": {"kind": "lines", "series": [{"label": "x", "x": [0, 1], "y": [0, ctx.seed]}]}}
+    return out
+
+
+def _figure_files(folder, suffix):
+    return sorted(p.name for p in (folder / "figures").iterdir() if p.suffix == suffix)
+
+
+def test_figures_first_draws_the_first_seed_and_keeps_every_seeds_data(temporary_checks, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    temporary_checks("tmp_topic.seeds.first", _figure_check)
+    assert cli.main(["tmp_topic.seeds.first", "--seeds", "3,1,2", "--report", str(tmp_path), "--quiet"]) == 0
+    capsys.readouterr()
+    # the default: the first seed (seeds run in order: 1) is drawn (PNG and SVG); every seed's numbers
+    # are written as CSV
+    assert _figure_files(tmp_path, ".png") == ["tmp_topic.seeds.first-seed1-line.png"]
+    assert _figure_files(tmp_path, ".svg") == ["tmp_topic.seeds.first-seed1-line.svg"]
+    assert _figure_files(tmp_path, ".csv") == [f"tmp_topic.seeds.first-seed{s}-line.csv" for s in (1, 2, 3)]
+    assert (tmp_path / "figures" / "tmp_topic.seeds.first-seed2-line.csv").read_text().splitlines()[-1] == "x,1,2,"
+    md = (tmp_path / "report.md").read_text()
+    assert "(figures/tmp_topic.seeds.first-seed1-line.png)" in md
+    assert ("figure not drawn: line (--figures first: only the first seed's runs are drawn); its data: "
+            "figures/tmp_topic.seeds.first-seed3-line.csv") in md
+    # the store keeps every run's figure: drawing the rest later runs nothing again
+    assert cli.main(["tmp_topic.seeds.first", "--seeds", "3,1,2", "--report", str(tmp_path), "--quiet",
+                     "--figures", "all", "--resume"]) == 0
+    assert "in 0.0 s" in capsys.readouterr().out
+    assert _figure_files(tmp_path, ".png") == [f"tmp_topic.seeds.first-seed{s}-line.png" for s in (1, 2, 3)]
+
+
+def test_figures_none_writes_data_only_and_a_bad_choice_is_one_line(temporary_checks, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    temporary_checks("tmp_topic.seeds.nofig", _figure_check)
+    assert cli.main(["tmp_topic.seeds.nofig", "--report", str(tmp_path), "--quiet", "--figures", "none"]) == 0
+    assert _figure_files(tmp_path, ".png") == _figure_files(tmp_path, ".svg") == []
+    assert _figure_files(tmp_path, ".csv") == ["tmp_topic.seeds.nofig-line.csv"]
+    assert "line (--figures none); its data: figures/tmp_topic.seeds.nofig-line.csv" in (
+        tmp_path / "report.md").read_text()
+    capsys.readouterr()
+    assert cli.main(["tmp_topic.seeds.nofig", "--report", "", "--figures", "some"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "--figures" in err and len(err.splitlines()) == 1
 
 
 # -- the report folder ----------------------------------------------------------------

@@ -185,13 +185,16 @@ def test_serial_local_cluster_and_remote_scheduler_agree(tmp_path):
     tasks = [Task(i, s) for i in FAST for s in (0, 3)] + [Task(i, 0, settings=SMALL_GRID) for i in SHARING]
     serial = _summary(execute(tasks))
     assert all(p for _, _, p, _ in serial[:2 * len(FAST)])  # the small grid need not pass
-    drawn = execute(tasks + [Task("scan_snap.h.regimes", 0)], workers=2, draw=True)
-    assert _summary(drawn[:-1]) == serial
+    # a function of the task picks the runs whose figures are drawn (here: regimes at seed 0)
+    regimes = [Task("scan_snap.h.regimes", 0), Task("scan_snap.h.regimes", 1)]
+    drawn = execute(tasks + regimes, workers=2, draw=lambda task: task.seed == 0)
+    assert _summary(drawn[:-2]) == serial
     # the figures of a run are drawn on its worker and come back with it
-    assert drawn[-1].figures and set(drawn[-1].drawn) == set(drawn[-1].figures)
-    assert all(f[".png"].startswith(b"\x89PNG") for f in drawn[-1].drawn.values())
-    here = execute([Task("scan_snap.h.regimes", 0)], draw=True)[0]  # serially: in a thread beside the checks
-    assert here.drawn.keys() == drawn[-1].drawn.keys()
+    assert drawn[-2].figures and set(drawn[-2].drawn) == set(drawn[-2].figures)
+    assert all(f[".png"].startswith(b"\x89PNG") for f in drawn[-2].drawn.values())
+    assert drawn[-1].figures and not drawn[-1].drawn  # seed 1: not picked
+    here = execute(regimes, draw=lambda task: task.seed == 0)  # serially: in a helper process
+    assert here[0].drawn.keys() == drawn[-2].drawn.keys() and not here[1].drawn
     assert not any(r.drawn for r in execute(tasks[:1]))  # only when asked
     with _dask_processes(tmp_path, 2) as address:
         assert address.startswith("tcp://127.0.0.1:")

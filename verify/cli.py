@@ -31,6 +31,11 @@ summary line, and writes ``results.json``, ``report.md`` and figures to ``--repo
 pass-rate table per check (passed/run, the seeds that failed, the worst discrepancy/tolerance);
 ``results.json`` holds every (check, seed) result. ``--seed`` and ``--seeds`` do not go together.
 
+``--figures first`` (the default) draws the figures of the first (lowest) seed's runs only (each check, and
+each grid point of a sweep, once), as PNG and SVG; ``--figures all`` draws every run's, ``--figures
+none`` none. Every run's figure data is written as CSV beside them, and the results store keeps
+every figure, so ``--figures all --resume`` draws the rest later without running anything again.
+
 Where it runs: in this process, one run after another (the default); ``--workers N`` on a local
 Dask cluster of N worker processes; ``--scheduler ADDRESS`` on an existing Dask cluster (see the
 README). Each (check, seed) is one task; the same seed gives the same result either way.
@@ -79,8 +84,9 @@ import time
 from typing import Callable, Iterable
 
 from .registry import CheckResult, PROFILES, all_checks
-from .report import (STORE_FILES, ReportFolder, format_seeds, partial_destination, pass_rates, rate_text,
-                     sigint_deferred, status_of, worst_text, write_files)
+from .report import (FIGURE_CHOICES, STORE_FILES, ReportFolder, draws_figures, format_seeds,
+                     partial_destination, pass_rates, rate_text, sigint_deferred, status_of, worst_text,
+                     write_files)
 
 __all__ = ["main", "select", "parse_seeds", "run_checks"]
 
@@ -212,6 +218,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="results store (SQLite; default: results.sqlite in the report folder)")
     p.add_argument("--resume", action="store_true",
                    help="reuse the runs already in the store; run only the rest")
+    p.add_argument("--figures", choices=FIGURE_CHOICES, default="first",
+                   help="which runs' figures the report draws: first (default: the first, lowest, seed's), all, "
+                        "or none; every run's figure data is written as CSV")
     p.add_argument("--set", dest="assignments", metavar="NAME=VALUE", action="append", default=[],
                    help="change a setting of the selected checks (repeatable; see 'settings ID')")
     p.add_argument("--grid", dest="grids", metavar="NAME=V1,V2,...", action="append", default=[],
@@ -558,9 +567,11 @@ def _check_device(device: str) -> None:
 def _run_all(selected: list, seeds: list[int], *, profile: str, device: str, quiet: bool,
              workers: int | None = None, scheduler: str | None = None, store=None,
              resume: bool = False, overrides: dict | None = None,
-             points: list[dict] | None = None, draw: bool = False) -> tuple[list[CheckResult], float, bool]:
+             points: list[dict] | None = None,
+             draw: bool | Callable = False) -> tuple[list[CheckResult], float, bool]:
     """Run every selected check at every seed (seed by seed; on Dask as tasks); stops at
-    Ctrl-C. ``draw``: draw the figures as the runs finish (for a report).
+    Ctrl-C. ``draw``: draw the figures as the runs finish (for a report), or, a function of the
+    task, those of the runs it is true for.
 
     Returns the results of the runs that finished (in task order), the wall time and whether the
     run was interrupted.
@@ -590,13 +601,14 @@ def run_checks(selected: list, *, profile: str, seed: int = 0, device: str, quie
                report: str | None, seeds: list[int] | None = None,
                overwrite: bool = False, workers: int | None = None, scheduler: str | None = None,
                store: str | None = None, resume: bool = False, overrides: dict | None = None,
-               sweep: list | None = None) -> int:
+               sweep: list | None = None, figures: str = "first") -> int:
     """Run ``selected`` checks (once per seed of ``seeds``, else at ``seed``), print the
     table and write the report; returns the exit status.
 
     ``overrides``: check id -> settings (``--set``). ``sweep``: the grids of a sweep of the one
     selected check (``[(name, [values])]``): every grid point at every seed, and the sweep's
-    table and validity map in the report.
+    table and validity map in the report. ``figures``: which runs' figures the report draws
+    (:data:`verify.report.FIGURE_CHOICES`; every run's figure data is written as CSV).
 
     The report folder is checked before the first check runs (status 2 if it cannot take
     the report). Ctrl-C during the checks gives status 130 and a report marked partial
@@ -625,10 +637,11 @@ def run_checks(selected: list, *, profile: str, seed: int = 0, device: str, quie
         results, seconds, interrupted = _run_all(
             selected, [seed] if seeds is None else seeds, profile=profile, device=device,
             quiet=quiet, workers=workers, scheduler=scheduler, store=db, resume=resume,
-            overrides=overrides, points=points, draw=folder is not None)
+            overrides=overrides, points=points,
+            draw=(lambda task: draws_figures(figures, task.seed, seeds)) if folder is not None else False)
         _print_results(results, seconds, sys.stdout, seeds=seeds, partial=interrupted)
         settings = dict(profile=profile, seed=seed if seeds is None else None, device=device,
-                        seconds=seconds, seeds=seeds)
+                        seconds=seconds, seeds=seeds, figures_of=figures)
         if sweep is not None and results:
             _print_sweep(results, [n for n, _ in sweep], sys.stdout)
             settings["sweep"] = (selected[0].id, [n for n, _ in sweep])
@@ -869,4 +882,5 @@ def _main(argv: list[str] | None) -> int:
     return run_checks(selected, profile=args.profile, seed=args.seed, device=args.device,
                       quiet=args.quiet, report=args.report, seeds=args.seeds,
                       overwrite=args.overwrite, workers=args.workers, scheduler=args.scheduler,
-                      store=args.store, resume=args.resume, overrides=overrides, sweep=sweep)
+                      store=args.store, resume=args.resume, overrides=overrides, sweep=sweep,
+                      figures=args.figures)

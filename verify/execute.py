@@ -137,7 +137,7 @@ def units(indexed: list[tuple[int, Task]]) -> list[list[tuple[int, Task]]]:
 def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | None = None,
             store=None, resume: bool = False, on_result: Callable[[CheckResult], None] | None = None,
             progress=None, retries: int = 2, threads: int | None = None,
-            draw: bool = False) -> list[CheckResult]:
+            draw: bool | Callable[[Task], bool] = False) -> list[CheckResult]:
     """Run ``tasks`` and return their results in task order (see the module docstring).
 
     ``store``: a :class:`verify.results.Store` that every result is written to as it arrives;
@@ -145,11 +145,13 @@ def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | N
     finishes (stored ones first). ``progress``: what a serially run check gets as
     ``ctx.progress``. ``draw``: draw each run's figures as it finishes (for a report;
     :func:`verify.report.draw_ahead`): on its Dask worker, or, run serially, in one helper process
-    beside the next check. Ctrl-C raises :class:`Interrupted` carrying what finished."""
+    beside the next check; a function of the task draws only the runs it is true for. Ctrl-C raises
+    :class:`Interrupted` carrying what finished."""
     if workers is not None and scheduler is not None:
         raise ValueError("--workers: cannot be combined with --scheduler (give one of them)")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"--workers: expected an integer >= 1, got {workers!r}")
+    wants = draw if callable(draw) else (lambda task, flag=bool(draw): flag)
     results: list[CheckResult | None] = [None] * len(tasks)
     pending = []
     for i, task in enumerate(tasks):
@@ -171,25 +173,27 @@ def execute(tasks: list[Task], *, workers: int | None = None, scheduler: str | N
     try:
         if workers is None and scheduler is None:
             _serially([(i, tasks[i]) for i in pending], finished, threads=threads, progress=progress,
-                      draw=draw)
+                      draw=wants)
         else:
             _on_dask([(i, tasks[i]) for i in pending], finished, workers=workers, scheduler=scheduler,
-                     retries=retries, threads=threads, draw=draw,
+                     retries=retries, threads=threads, draw=wants,
                      estimates=store.mean_seconds() if store is not None else None)
     except KeyboardInterrupt:
         raise Interrupted([r for r in results if r is not None]) from None
     return results  # type: ignore[return-value]
 
 
-def _serially(indexed: list[tuple[int, Task]], finished, *, threads, progress, draw: bool) -> None:
-    """Run the tasks one after another in this process; with ``draw``, a finished run's figures
-    are drawn by one helper process while the next check runs (the last ones are waited for)."""
-    drawer = _FigureDrawer() if draw else None
+def _serially(indexed: list[tuple[int, Task]], finished, *, threads, progress,
+              draw: Callable[[Task], bool]) -> None:
+    """Run the tasks one after another in this process; a finished run's figures, where ``draw``
+    is true for its task, are drawn by one helper process while the next check runs (the last ones
+    are waited for)."""
+    drawer = _FigureDrawer() if any(draw(task) for _, task in indexed) else None
     try:
         for i, task in indexed:
             res = run_task(task, threads, progress)
             finished(i, res)
-            if drawer is not None:
+            if drawer is not None and draw(task):
                 drawer.submit(res)
     except BaseException:
         if drawer is not None:  # Ctrl-C: what is not drawn yet is drawn by the report, or not at all
@@ -283,7 +287,7 @@ def task_priority(check_id: str, method: str, estimates: dict[str, float]) -> in
 
 
 def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, retries, threads,
-             estimates: dict | None = None, draw: bool = False) -> None:
+             estimates: dict | None = None, draw: Callable[[Task], bool] = lambda task: False) -> None:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -328,10 +332,11 @@ def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, r
         planned.sort(key=lambda p: -p[0])
         for priority, gpu, unit in planned:
             options = dict(pure=False, retries=retries, resources={"GPU": 1} if gpu else None, priority=priority)
+            drawn = draw(unit[0][1])  # a unit's tasks share seed, settings and profile
             if len(unit) == 1:
-                fut = client.submit(run_task, unit[0][1], threads, None, draw, key=unit[0][1].name, **options)
+                fut = client.submit(run_task, unit[0][1], threads, None, drawn, key=unit[0][1].name, **options)
             else:
-                fut = client.submit(run_tasks, [task for _, task in unit], threads, draw,
+                fut = client.submit(run_tasks, [task for _, task in unit], threads, drawn,
                                     key=f"{unit[0][1].name}|and {len(unit) - 1} sharing it", **options)
             futures[fut] = unit
         for fut in as_completed(futures):

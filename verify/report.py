@@ -16,8 +16,11 @@
     registered closed forms whose printed form differs, and the refuted statements), each with
     the verdict of its checks.
 ``figures/<check-id>-<name>.png``
-    One PNG per figure spec returned by a check (when matplotlib is installed); a run over
-    several seeds names them ``<check-id>-seed<seed>-<name>.png``.
+    One PNG per figure spec returned by a check (when matplotlib is installed), with the same
+    figure as SVG and its numbers as CSV beside it; a run over several seeds names them
+    ``<check-id>-seed<seed>-<name>.png``. Which runs are drawn is ``figures_of``
+    (:data:`FIGURE_CHOICES`): by default the first seed's (each check, and each settings point
+    of a sweep, is drawn once); the other runs' figures are written as CSV data only.
 
 Nothing is written into the folder until the report is complete: :class:`ReportFolder`
 checks the folder before a run, the files are written into a staging folder next to it,
@@ -79,6 +82,20 @@ __all__ = ["write_report", "write_files", "metadata", "source_commit", "render_f
 #: The entries of a report folder.
 REPORT_FILES = ("results.json", "report.md")
 FIGURES = "figures"
+#: Which runs' figures a report draws (``--figures``): ``first``, the runs at the first seed of the
+#: run (every check, and every settings point of a sweep, once); ``all``, every run; ``none``, no
+#: run. The numbers behind every run's figures are written as CSV whichever is chosen.
+FIGURE_CHOICES = ("first", "all", "none")
+
+
+def draws_figures(figures_of: str, seed: int, seeds: list[int] | None) -> bool:
+    """Whether a run at ``seed`` of a run over ``seeds`` (None: one seed) has its figures drawn
+    under ``figures_of`` (:data:`FIGURE_CHOICES`)."""
+    if figures_of not in FIGURE_CHOICES:
+        raise ValueError(f"--figures: expected one of {', '.join(FIGURE_CHOICES)}, got {figures_of!r}")
+    if figures_of == "none":
+        return False
+    return figures_of == "all" or not seeds or seed == seeds[0]
 #: Version of the layout of results.json (verify/schemas/results.schema.json describes it). 2: a
 #: non-finite number is null and listed in its record's "nonfinite" field (1 wrote "nan" strings);
 #: each record carries its "settings".
@@ -518,7 +535,7 @@ _PARTIAL = "PARTIAL (interrupted)"
 
 def write_report(results: Iterable, out_dir, *, profile: str, seed: int | None, device: str,
                  seconds: float, seeds: list[int] | None = None, partial: bool = False,
-                 overwrite: bool = False) -> dict[str, Path]:
+                 overwrite: bool = False, figures_of: str = "all") -> dict[str, Path]:
     """Write ``results.json``, ``report.md`` and figures into ``out_dir``, all or nothing.
 
     The files are written into a staging folder next to ``out_dir`` and moved into place
@@ -543,6 +560,9 @@ def write_report(results: Iterable, out_dir, *, profile: str, seed: int | None, 
     overwrite : bool
         Write into a folder that holds other files too (only the report's own entries are
         replaced).
+    figures_of : {"all", "first", "none"}
+        Which runs' figures are drawn (:data:`FIGURE_CHOICES`); the others' are written as CSV
+        data only.
 
     Returns
     -------
@@ -552,7 +572,8 @@ def write_report(results: Iterable, out_dir, *, profile: str, seed: int | None, 
     folder = ReportFolder(out_dir, overwrite=overwrite, param="out_dir")
     try:
         paths = write_files(results, folder.staging, profile=profile, seed=seed,
-                            device=device, seconds=seconds, seeds=seeds, partial=partial)
+                            device=device, seconds=seconds, seeds=seeds, partial=partial,
+                            figures_of=figures_of)
         target = folder.commit()
     finally:
         folder.discard()
@@ -562,13 +583,15 @@ def write_report(results: Iterable, out_dir, *, profile: str, seed: int | None, 
 
 def write_files(results: Iterable, out_dir, *, profile: str, seed: int | None, device: str,
                 seconds: float, seeds: list[int] | None = None, partial: bool = False,
-                figures: bool = True) -> dict[str, Path]:
+                figures: bool = True, figures_of: str = "all") -> dict[str, Path]:
     """Write the report's files straight into ``out_dir`` (a staging folder).
 
     Same parameters as :func:`write_report`; ``figures=False`` skips drawing (the report
-    says so). ``results.json`` is written first, so the numbers are safe before the figures
-    are drawn.
+    says so); ``figures_of`` (:data:`FIGURE_CHOICES`) says which runs' figures are drawn, the
+    others' written as CSV data only. ``results.json`` is written first, so the numbers are
+    safe before the figures are drawn.
     """
+    draws_figures(figures_of, 0, None)  # a bad choice raises before anything is written
     from verify.jsonable import to_jsonable  # numpy is loaded only when a report is written
 
     results = list(results)
@@ -594,7 +617,8 @@ def write_files(results: Iterable, out_dir, *, profile: str, seed: int | None, d
 
     multi = len({r.seed for r in results}) > 1
     varying = _varying_settings(results)
-    drawn, figure_notes = _render_all(results, out, multi, varying) if figures else ({}, {})
+    drawn, figure_notes = (_render_all(results, out, multi, varying, figures_of=figures_of, seeds=seeds)
+                           if figures else ({}, {}))
     view = _View(multi=multi, partial=partial, figures_skipped=not figures, rates=rates, varying=varying)
     md_path = out / "report.md"
     _write_atomic(md_path, _markdown(results, statuses, meta, summary, drawn, figure_notes,
@@ -870,8 +894,10 @@ def _errata_section(results, statuses, view: _View | None = None) -> list[str]:
 
 
 # -- figures ------------------------------------------------------------------------
-def _render_all(results, out: Path, multi: bool = False, varying: dict | None = None):
-    """Draw every figure spec; returns ({run: [(name, path)]}, {run: [notes]}).
+def _render_all(results, out: Path, multi: bool = False, varying: dict | None = None, *,
+                figures_of: str = "all", seeds: list[int] | None = None):
+    """Draw the figure specs of the runs that ``figures_of`` picks (:func:`draws_figures`) and write
+    every run's figure data as CSV; returns ({run: [(name, path)]}, {run: [notes]}).
 
     A run is named by :meth:`_View.key`: its check id, plus its seed when ``multi`` (several
     seeds; the file names then carry the seed too).
@@ -890,6 +916,18 @@ def _render_all(results, out: Path, multi: bool = False, varying: dict | None = 
         if view.settings_text(r):
             stem += "-" + _slug(view.settings_text(r))
         ahead = getattr(r, "drawn", None) or {}
+        if not draws_figures(figures_of, r.seed, seeds):
+            why = ("--figures first: only the first seed's runs are drawn" if figures_of == "first"
+                   else "--figures none")
+            for name, spec in r.figures.items():
+                path = fig_dir / f"{stem}-{_slug(str(name))}.csv"
+                try:
+                    figure_data(spec, path)
+                except FIGURE_ERRORS as exc:
+                    notes.setdefault(key, []).append(f"{name}: {type(exc).__name__}: {exc}")
+                    continue
+                notes.setdefault(key, []).append(f"{name} ({why}); its data: figures/{path.name}")
+            continue
         for name, spec in r.figures.items():
             path = fig_dir / f"{stem}-{_slug(str(name))}.png"
             files = ahead.get(name)
