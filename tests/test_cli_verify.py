@@ -371,7 +371,7 @@ def test_figures_none_writes_data_only_and_a_bad_choice_is_one_line(temporary_ch
     assert cli.main(["tmp_topic.seeds.nofig", "--report", str(tmp_path), "--quiet", "--figures", "none"]) == 0
     assert _figure_files(tmp_path, ".png") == _figure_files(tmp_path, ".svg") == []
     assert _figure_files(tmp_path, ".csv") == ["tmp_topic.seeds.nofig-line.csv"]
-    assert "line (--figures none); its data: figures/tmp_topic.seeds.nofig-line.csv" in (
+    assert "line (--figures none: none are drawn); its data: figures/tmp_topic.seeds.nofig-line.csv" in (
         tmp_path / "report.md").read_text()
     capsys.readouterr()
     assert cli.main(["tmp_topic.seeds.nofig", "--report", "", "--figures", "some"]) == 2

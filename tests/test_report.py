@@ -118,6 +118,13 @@ def test_bad_figure_spec_is_noted_not_fatal(tmp_path):
     assert "figure not drawn: pie" in md and "figure not drawn: ragged" in md
 
 
+def test_a_bad_figure_choice_raises_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="^figures_of: expected one of first, all, none, got 'some'$"):
+        report.write_report([result("topic_a.part.x")], tmp_path / "r", profile="quick", seed=0,
+                            device="cpu", seconds=0.0, figures_of="some")
+    assert not (tmp_path / "r").exists()
+
+
 def test_short_formatting():
     assert report.short(None) == "–"
     assert report.short(0.123456) == "0.1235"

@@ -19,8 +19,8 @@
     One PNG per figure spec returned by a check (when matplotlib is installed), with the same
     figure as SVG and its numbers as CSV beside it; a run over several seeds names them
     ``<check-id>-seed<seed>-<name>.png``. Which runs are drawn is ``figures_of``
-    (:data:`FIGURE_CHOICES`): by default the first seed's (each check, and each settings point
-    of a sweep, is drawn once); the other runs' figures are written as CSV data only.
+    (:data:`FIGURE_CHOICES`; every run by default here, the first seed's by default on the command
+    line); the other runs' figures are written as CSV data only.
 
 Nothing is written into the folder until the report is complete: :class:`ReportFolder`
 checks the folder before a run, the files are written into a staging folder next to it,
@@ -88,14 +88,19 @@ FIGURES = "figures"
 FIGURE_CHOICES = ("first", "all", "none")
 
 
+def check_figures_of(figures_of: str) -> str:
+    """``figures_of`` if it is one of :data:`FIGURE_CHOICES`, else ``ValueError`` naming it."""
+    if figures_of not in FIGURE_CHOICES:
+        raise ValueError(f"figures_of: expected one of {', '.join(FIGURE_CHOICES)}, got {figures_of!r}")
+    return figures_of
+
+
 def draws_figures(figures_of: str, seed: int, seeds: list[int] | None) -> bool:
     """Whether a run at ``seed`` of a run over ``seeds`` (None: one seed) has its figures drawn
-    under ``figures_of`` (:data:`FIGURE_CHOICES`)."""
-    if figures_of not in FIGURE_CHOICES:
-        raise ValueError(f"--figures: expected one of {', '.join(FIGURE_CHOICES)}, got {figures_of!r}")
-    if figures_of == "none":
+    under ``figures_of`` (:data:`FIGURE_CHOICES`; ``first`` is the lowest seed)."""
+    if check_figures_of(figures_of) == "none":
         return False
-    return figures_of == "all" or not seeds or seed == seeds[0]
+    return figures_of == "all" or not seeds or seed == min(seeds)
 #: Version of the layout of results.json (verify/schemas/results.schema.json describes it). 2: a
 #: non-finite number is null and listed in its record's "nonfinite" field (1 wrote "nan" strings);
 #: each record carries its "settings".
@@ -591,7 +596,7 @@ def write_files(results: Iterable, out_dir, *, profile: str, seed: int | None, d
     others' written as CSV data only. ``results.json`` is written first, so the numbers are
     safe before the figures are drawn.
     """
-    draws_figures(figures_of, 0, None)  # a bad choice raises before anything is written
+    check_figures_of(figures_of)  # before anything is written
     from verify.jsonable import to_jsonable  # numpy is loaded only when a report is written
 
     results = list(results)
@@ -916,20 +921,19 @@ def _render_all(results, out: Path, multi: bool = False, varying: dict | None = 
         if view.settings_text(r):
             stem += "-" + _slug(view.settings_text(r))
         ahead = getattr(r, "drawn", None) or {}
-        if not draws_figures(figures_of, r.seed, seeds):
-            why = ("--figures first: only the first seed's runs are drawn" if figures_of == "first"
-                   else "--figures none")
-            for name, spec in r.figures.items():
-                path = fig_dir / f"{stem}-{_slug(str(name))}.csv"
+        drawing = draws_figures(figures_of, r.seed, seeds)
+        for name, spec in r.figures.items():
+            path = fig_dir / f"{stem}-{_slug(str(name))}.png"
+            if not drawing:  # the numbers only
                 try:
-                    figure_data(spec, path)
+                    figure_data(spec, path.with_suffix(".csv"))
                 except FIGURE_ERRORS as exc:
                     notes.setdefault(key, []).append(f"{name}: {type(exc).__name__}: {exc}")
                     continue
-                notes.setdefault(key, []).append(f"{name} ({why}); its data: figures/{path.name}")
-            continue
-        for name, spec in r.figures.items():
-            path = fig_dir / f"{stem}-{_slug(str(name))}.png"
+                why = "only the first seed's runs are drawn" if figures_of == "first" else "none are drawn"
+                notes.setdefault(key, []).append(
+                    f"{name} (--figures {figures_of}: {why}); its data: figures/{path.with_suffix('.csv').name}")
+                continue
             files = ahead.get(name)
             try:
                 if files is None:
