@@ -365,14 +365,15 @@ def trajectory(S, M, eta_Y):
     """h*(0), ..., h*(S) of eq. 33 (float64, scalar eta_Y), as a numpy array."""
     if S > S_MAX:
         raise ValueError(f"s: must be <= {S_MAX}, got {S}")
-    out = np.empty(S + 1)
-    h, Mm1, exp = 0.0, float(M - 1), math.exp
-    out[0] = 0.0
+    # Python floats in a list (a numpy item store per step costs more than the step); -float(M)
+    # and float(eta_Y) round as the record's ints and floats do, so the values are the same bits
+    out = [0.0] * (S + 1)
+    h, Mm1, mM, eta, exp = 0.0, float(M - 1), -float(M), float(eta_Y), math.exp
     for k in range(1, S + 1):
-        u = exp(-M * h)                                  # as in the record: see _discrete
-        h += eta_Y * u / (1.0 + Mm1 * u)
+        u = exp(mM * h)                                  # as in the record: see _discrete
+        h += eta * u / (1.0 + Mm1 * u)
         out[k] = h
-    return out
+    return np.array(out)
 
 
 def _discrete(backend, values, dims):
