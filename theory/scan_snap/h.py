@@ -344,6 +344,8 @@ def u_of_t(backend, c, M):
 
 
 def _newton_numpy(c, M):
+    if np.ndim(c) == 0 and math.isfinite(c):
+        return _newton_scalar(float(c), M)
     c = np.asarray(c, dtype=np.float64)
     u = np.minimum(c / M, np.log1p(c))                  # an upper bound: G(u) >= 0 there
     for _ in range(200):
@@ -354,6 +356,23 @@ def _newton_numpy(c, M):
         if done:
             break
     return u if u.ndim else float(u)
+
+
+def _newton_scalar(c: float, M):
+    """:func:`_newton_numpy` for one finite ``c``: the same iterates in Python floats (numpy's
+    ``expm1``, ``exp``, ``log1p`` for the same values; ``min``/``max`` pick as ``np.minimum``/
+    ``np.maximum`` do for numbers), without the cost of 0-d arrays (an ODE's right-hand side calls
+    it at every evaluation)."""
+    expm1, exp, Mm1 = np.expm1, np.exp, M - 1
+    u = min(c / M, float(np.log1p(c)))
+    for _ in range(200):
+        step = (float(expm1(u)) + Mm1 * u - c) / (float(exp(u)) + Mm1)
+        new = max(u - step, 0.0)
+        done = new >= u or abs(u - new) <= 4e-16 * abs(new)
+        u = min(new, u)
+        if done:
+            break
+    return float(u)
 
 
 def h_continuous(backend, t, M, eta_Y):
