@@ -245,7 +245,7 @@ def rhs(Lambda, N, H: int, R: int = 1, tau: float = 1.0) -> Callable[[float, np.
         np.multiply, np.matmul
 
     def f(t, y):
-        vr = y[:H, None] if R == 1 else np.repeat(y[:H], R)[:, None]   # the value weight of each piece (i, r)
+        vr = y[:H, None] if R == 1 else y[:H].repeat(R)[:, None]        # the value weight of each piece (i, r)
         K = y[H:Hn].reshape(P, D)
         Q = y[Hn:].reshape(P, D)
         Kv = K * vr

@@ -211,9 +211,10 @@ def flow_plateaus(ctx):
 # -- the first escape from the paper's Gaussian start -----------------------------------------------------------
 def _key_of_V(lam, kd, qd):
     """``V -> key_component(lam, V, kd, qd)`` (one value per eigen-direction), for the integrand of ``quad``:
-    the parameters are validated once (at V = 0; ``V`` is any finite real) and the record's emitted numpy
-    function is then called with V alone replaced, which is what ``theory.get(KEY)(...)`` computes after its
-    validation (the same values, without validating again at each of the thousands of V that quad asks for)."""
+    the other parameters are validated once (with V = 0) and the record's emitted numpy function is then called
+    with V alone replaced (V validated by its own parameter), which is what ``theory.get(KEY)(...)`` computes
+    after its validation: the same values, without the record's whole validation at each of the thousands of V
+    that quad asks for."""
     import theory
 
     rec = theory.get(KEY)
@@ -223,12 +224,10 @@ def _key_of_V(lam, kd, qd):
     values, dims = rec.validate(dict(lam=lam, V=0.0, k0=kd, q0=qd))
     args = rec.arguments(values, dims, "numpy")
     i, fn = rec.param_names.index("V"), rec.function("numpy")
-    shape = rec.grid_shape(values)
+    param, shape = rec.params[i], rec.grid_shape(values)
 
     def key(V):
-        if not np.isfinite(V):
-            raise ValueError(f"V: expected a finite real, got {V!r}")
-        args[i] = np.float64(V)
+        args[i] = np.float64(param.validate(V, {}))      # V's own check (a finite real), as __call__ makes it
         return np.broadcast_to(np.asarray(fn(*args), dtype=np.float64), shape)
 
     return key
