@@ -30,32 +30,12 @@ START_FRACTION = 0.1
 ORDER_MIN, ERROR_TOL = 0.6, 0.1
 
 
-def _rhs_of_v(lam: float, a: float):
-    """``v -> scalar_ode_rhs(v, lam, a, tau = 1)`` for an ODE solver: ``lam``, ``a`` and ``tau`` are validated once
-    (with v = 0) and the record's emitted numpy function is then called with v alone replaced (v validated by its
-    own parameter), which is what ``theory.get(RHS)(...)`` computes after its validation: the same values, without
-    the record's whole validation at every evaluation."""
-    import theory
-
-    rec = theory.get(RHS)
-    if (rec.evaluate is not None or rec.derived is not None or rec.length is not None or rec.domain is not None
-            or rec.output != "scalar"):
-        return lambda v: float(_cf(RHS, v=v, lam=lam, a=a, tau=1.0))
-    values, dims = rec.validate(dict(v=0.0, lam=lam, a=a, tau=1.0))
-    args = rec.arguments(values, dims, "numpy")
-    i, fn = rec.param_names.index("v"), rec.function("numpy")
-    param = rec.params[i]
-
-    def value(v):
-        args[i] = np.float64(param.validate(v, {}))
-        return float(fn(*args))
-
-    return value
-
-
 def _scalar_ode(lam: float, a: float, v0: float, t):
-    """|v|(t) along eq. 21 (``scalar_ode_rhs``) from ``v0`` at ``t[0]``."""
-    f = _rhs_of_v(lam, a)
+    """|v|(t) along eq. 21 (``scalar_ode_rhs``, validated once: :func:`verify.flows.separate_ranks.scalar_ode_rhs`)
+    from ``v0`` at ``t[0]``."""
+    from verify.flows.separate_ranks import scalar_ode_rhs
+
+    f = scalar_ode_rhs(lam, a, 1.0)
 
     def rhs(_t, y):
         return [f(max(y[0], 0.0))]
