@@ -17,7 +17,6 @@ from scipy.integrate import solve_ivp
 
 from verify import Control, Outcome, check
 from verify.settings import Setting
-from verify.stats import evaluate as _cf
 
 RHS = "linear_attention.separate.scalar_ode_rhs"
 #: eq. 21 is started when the head's |v| reaches this fraction of v* (the head is aligned by then: its key's

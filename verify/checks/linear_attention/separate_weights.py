@@ -224,11 +224,11 @@ def _kkt_polish(A, x, H: int):
 
 def _min_norm_search(A, H: int, starts: int, rng, iterations: int = 300):
     """``min sum_i v_i^2 + |k_i|^2 + |q_i|^2`` subject to ``sum_i v_i k_i q_i^T = A`` from ``starts`` Gaussian
-    starts (:func:`_constrained_min`, ``iterations`` steps each). A head on its way to zero shrinks slowly (its cost is quadratic, its share
-    of ``A`` cubic), so each run is polished: the heads above 1e-3 of the largest size are kept (the others at
-    zero: still a feasible point of the H-head problem) and :func:`_kkt_polish` takes them to the stationary
-    point. Returns the costs of the runs that met the constraint (to 1e-9) and the best weights ``(v, k, q)``
-    (zero heads dropped)."""
+    starts (:func:`_constrained_min`, ``iterations`` steps each). A head on its way to zero shrinks slowly (its
+    cost is quadratic, its share of ``A`` cubic), so each run is polished: the heads above 1e-3 of the largest size
+    are kept (the others at zero: still a feasible point of the H-head problem) and :func:`_kkt_polish` takes them
+    to the stationary point. Returns the costs of the runs that met the constraint (to 1e-9) and the best weights
+    ``(v, k, q)`` (zero heads dropped)."""
     D = A.shape[0]
     costs, best = [], None
     for _ in range(starts):

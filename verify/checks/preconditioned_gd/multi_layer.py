@@ -395,9 +395,12 @@ def steps_are_kernel_roots(ctx):
     # pickled radicals and printing them again took about 2 s a run)
     def emitted(L):
         name = f"preconditioned_gd.multi_layer.optimal_steps_of.L{L}"
-        radical = lambda: cache.derivation(name, "theory.preconditioned_gd", lambda: optimal_steps_of(L))
-        return cache.derivation(f"{name}.mpmath_source", "theory.preconditioned_gd",
-                                lambda: inspect.getsource(sp.lambdify((sn, sd), list(radical()), modules="mpmath")))
+
+        def source():
+            radical = cache.derivation(name, "theory.preconditioned_gd", lambda: optimal_steps_of(L))
+            return inspect.getsource(sp.lambdify((sn, sd), list(radical), modules="mpmath"))
+
+        return cache.derivation(f"{name}.mpmath_source", "theory.preconditioned_gd", source)
 
     namespace = sp.lambdify((), 0, modules="mpmath").__globals__   # lambdify's mpmath names
     forms = {}
