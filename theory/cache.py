@@ -470,7 +470,8 @@ def store_expr(cf, form: str, expr) -> Path | None:
 
 def derivation(name: str, package: str | Sequence[str], build: Callable[[], Any]) -> Any:
     """The sympy result of ``build()``, a derivation outside the records (such as the radical forms
-    of a record that a check compares with), loaded from the cache or built and stored.
+    of a record that a check compares with, or the source lambdify emits for them), loaded from
+    the cache or built and stored.
 
     ``name`` names the entry (``<topic>.<part>.<what>``, unique); ``package`` is the package of
     :mod:`theory` whose source decides the result, or a sequence of them (with the core modules,

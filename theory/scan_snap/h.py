@@ -344,6 +344,8 @@ def u_of_t(backend, c, M):
 
 
 def _newton_numpy(c, M):
+    if np.ndim(c) == 0 and math.isfinite(c):
+        return _newton_scalar(float(c), M)
     c = np.asarray(c, dtype=np.float64)
     u = np.minimum(c / M, np.log1p(c))                  # an upper bound: G(u) >= 0 there
     for _ in range(200):
@@ -356,6 +358,23 @@ def _newton_numpy(c, M):
     return u if u.ndim else float(u)
 
 
+def _newton_scalar(c: float, M):
+    """:func:`_newton_numpy` for one finite ``c``: the same iterates in Python floats (numpy's
+    ``expm1``, ``exp``, ``log1p`` for the same values; ``min``/``max`` pick as ``np.minimum``/
+    ``np.maximum`` do for numbers), without the cost of 0-d arrays (an ODE's right-hand side calls
+    it at every evaluation)."""
+    expm1, exp, Mm1 = np.expm1, np.exp, M - 1
+    u = min(c / M, float(np.log1p(c)))
+    for _ in range(200):
+        step = (float(expm1(u)) + Mm1 * u - c) / (float(exp(u)) + Mm1)
+        new = max(u - step, 0.0)
+        done = new >= u or abs(u - new) <= 4e-16 * abs(new)
+        u = min(new, u)
+        if done:
+            break
+    return float(u)
+
+
 def h_continuous(backend, t, M, eta_Y):
     """h(t) of eq. 45 (log-space Newton; see the module docstring)."""
     return u_of_t(backend, M * working(backend, eta_Y) * working(backend, t), M) / M
@@ -365,14 +384,15 @@ def trajectory(S, M, eta_Y):
     """h*(0), ..., h*(S) of eq. 33 (float64, scalar eta_Y), as a numpy array."""
     if S > S_MAX:
         raise ValueError(f"s: must be <= {S_MAX}, got {S}")
-    out = np.empty(S + 1)
-    h, Mm1, exp = 0.0, float(M - 1), math.exp
-    out[0] = 0.0
+    # Python floats in a list (a numpy item store per step costs more than the step); -float(M)
+    # and float(eta_Y) round as the record's ints and floats do, so the values are the same bits
+    out = [0.0] * (S + 1)
+    h, Mm1, mM, eta, exp = 0.0, float(M - 1), -float(M), float(eta_Y), math.exp
     for k in range(1, S + 1):
-        u = exp(-M * h)                                  # as in the record: see _discrete
-        h += eta_Y * u / (1.0 + Mm1 * u)
+        u = exp(mM * h)                                  # as in the record: see _discrete
+        h += eta * u / (1.0 + Mm1 * u)
         out[k] = h
-    return out
+    return np.array(out)
 
 
 def _discrete(backend, values, dims):

@@ -9,8 +9,10 @@ batch-1 SGD with uniformly drawn classes: no sampling noise), class n seeing its
 * ``LN(LN(c_n) + e_{psi(n)})`` with the residual connection of §7 (the query token's embedding added to the
   normalised attention output; in the (Y, Z) parameterisation with orthonormal embeddings ``u_{x_T} = e_m``).
 
-The gradients come from torch autograd (float64), so the residual variant needs no hand derivation;
-without it they are Lemma 1's (the test ``tests/test_scan_snap_rest.py`` compares them with ``population_run``).
+The gradients are the chain rule through these maps, in numpy (float64): the cross-entropy's ``(p_n -
+e_label)/K`` through the decoder, each ``LN(h) = h/|h|`` through ``(I - LN(h) LN(h)^T)/|h|`` and the softmax
+through ``diag(c) - c c^T``, summed into the query rows. ``tests/test_flows_scan_snap_expected.py`` compares them
+with torch autograd of the same loss (both variants).
 """
 
 from __future__ import annotations
@@ -26,42 +28,46 @@ def expected_run(classes, eta_Y: float, eta_Z: float, steps: int, *, residual: b
 
     Returns a dict: ``steps`` (recorded step counts, from 0), ``z`` (the query rows of Z at those steps,
     (R, n_queries, M)), ``queries`` (their ids), ``Y``, ``Z`` (final, numpy)."""
-    import torch
-
-    from verify.models.linear_attention import cpu_threads
-
-    with cpu_threads(1):   # tiny matrices: one thread (OpenMP synchronisation costs 30x on a busy 2-core machine)
-        return _expected_run(torch, classes, eta_Y, eta_Z, steps, residual, record_every, Z0)
-
-
-def _expected_run(torch, classes, eta_Y, eta_Z, steps, residual, record_every, Z0):
-    M = classes.M
+    M, K = classes.M, classes.K
     if steps < 0 or record_every < 1:
         raise ValueError(f"steps: need steps >= 0 and record_every >= 1, got {steps}, {record_every}")
-    support = torch.as_tensor(classes.P > 0)
-    logP = torch.where(support, torch.log(torch.as_tensor(np.where(classes.P > 0, classes.P, 1.0))),
-                       torch.tensor(-torch.inf, dtype=torch.float64))
-    psi = torch.as_tensor(classes.psi)
-    label = torch.as_tensor(classes.label)
-    Y = torch.zeros(M, M, dtype=torch.float64, requires_grad=True)
-    Z = torch.as_tensor(np.zeros((M, M)) if Z0 is None else np.asarray(Z0, dtype=np.float64)).clone()
-    Z.requires_grad_(True)
-    e_q = torch.nn.functional.one_hot(psi, M).to(torch.float64)
-    queries = np.unique(classes.psi)
-    rec_steps, rec_z = [0], [Z.detach().numpy()[queries].copy()]
+    with np.errstate(divide="ignore"):
+        logP = np.where(classes.P > 0, np.log(np.where(classes.P > 0, classes.P, 1.0)), -np.inf)   # (K, M)
+    psi = np.asarray(classes.psi)
+    label = np.asarray(classes.label)
+    rows = np.arange(K)
+    Y = np.zeros((M, M))
+    Z = np.zeros((M, M)) if Z0 is None else np.array(Z0, dtype=np.float64)
+    queries = np.unique(psi)
+    rec_steps, rec_z = [0], [Z[queries].copy()]
     for s in range(steps):
-        c = torch.softmax(logP + Z[psi], dim=1)                    # (K, M), zero off the support
-        out = c / c.norm(dim=1, keepdim=True)
+        x = logP + Z[psi]                                          # (K, M)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        c = e / e.sum(axis=1, keepdims=True)                       # zero off the support
+        cn = np.linalg.norm(c, axis=1, keepdims=True)
+        f = c / cn
+        out = f
         if residual:
-            out = out + e_q
-            out = out / out.norm(dim=1, keepdim=True)
-        loss = torch.nn.functional.cross_entropy(out @ Y, label)   # mean over the K classes
-        gY, gZ = torch.autograd.grad(loss, (Y, Z))
-        with torch.no_grad():
-            Y -= eta_Y * gY
-            Z -= eta_Z * gZ
+            h = f.copy()
+            h[rows, psi] += 1.0
+            hn = np.linalg.norm(h, axis=1, keepdims=True)
+            out = h / hn
+        logits = out @ Y
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        p[rows, label] -= 1.0
+        g_logits = p / K                                           # d loss / d logits (mean over the classes)
+        gY = out.T @ g_logits
+        g = g_logits @ Y.T                                         # d loss / d out
+        if residual:
+            g = (g - out * np.sum(out * g, axis=1, keepdims=True)) / hn
+        g = (g - f * np.sum(f * g, axis=1, keepdims=True)) / cn    # d loss / d c
+        gx = c * (g - np.sum(c * g, axis=1, keepdims=True))        # d loss / d x = d loss / d Z[psi(n)]
+        gZ = np.zeros((M, M))
+        np.add.at(gZ, psi, gx)
+        Y -= eta_Y * gY
+        Z -= eta_Z * gZ
         if (s + 1) % record_every == 0:
             rec_steps.append(s + 1)
-            rec_z.append(Z.detach().numpy()[queries].copy())
-    return {"steps": np.array(rec_steps), "z": np.array(rec_z), "queries": queries,
-            "Y": Y.detach().numpy().copy(), "Z": Z.detach().numpy().copy()}
+            rec_z.append(Z[queries].copy())
+    return {"steps": np.array(rec_steps), "z": np.array(rec_z), "queries": queries, "Y": Y.copy(), "Z": Z.copy()}

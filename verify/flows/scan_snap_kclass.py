@@ -116,7 +116,9 @@ def kclass_decoder(F: np.ndarray, M: int, eta_Y: float, order, gradient: str = "
 
 def zeta_rows(M: int, K: int) -> np.ndarray:
     """zeta_n = M/(M-1) (e_n - 1/M) for n < K (App. D.1), K x M."""
-    return M / (M - 1) * (np.eye(M)[:K] - 1.0 / M)
+    E = np.zeros((K, M))
+    E[np.arange(K), np.arange(K)] = 1.0                 # np.eye(M)[:K] without the M x M identity
+    return M / (M - 1) * (E - 1.0 / M)
 
 
 def theorem5_Y(F: np.ndarray, M: int, eta_Y: float, counts, without_eprime: bool = False):

@@ -18,7 +18,7 @@ __all__ = ["SPECTRUM", "N_FIG", "TAU", "RTOL", "LONG_FRACTION", "GROWN_V", "sadd
            "midpoint_value_fraction", "escape_correction", "long_plateaus", "literal_divides_pattern",
            "aligned_drop_times", "gaussian_first_drop", "rank_run", "log_thin", "scale_comparison",
            "rank_control_expectations", "staircase_figure", "FIG_POINTS", "thinned_series", "scalar_drop_times",
-           "staircase_figures"]
+           "scalar_ode_rhs", "staircase_figures"]
 
 #: Fig.-1 / Fig.-3 spectrum and context length.
 SPECTRUM = (0.4, 0.3, 0.2, 0.1)
@@ -317,23 +317,48 @@ def thinned_series(x, y, label: str, style: str = "-") -> dict:
     return {"label": label, "x": x[::step].tolist(), "y": y[::step].tolist(), "style": style}
 
 
+def scalar_ode_rhs(lam: float, a: float, tau: float = TAU):
+    """``v -> linear_attention.separate.scalar_ode_rhs(v, lam, a, tau)`` (a float) for an ODE solver: ``lam``,
+    ``a`` and ``tau`` are validated once (with v = 0) and the record's emitted numpy function is then called with v
+    alone replaced (v validated by its own parameter), which is what ``theory.get(...)(...)`` computes after its
+    validation: the same values, without the record's whole validation at every evaluation."""
+    rec = theory.get("linear_attention.separate.scalar_ode_rhs")
+    if (rec.evaluate is not None or rec.derived is not None or rec.length is not None or rec.domain is not None
+            or rec.output != "scalar"):
+        return lambda v: float(rec(v=v, lam=lam, a=a, tau=tau))
+    values, dims = rec.validate(dict(v=0.0, lam=lam, a=a, tau=tau))
+    args = rec.arguments(values, dims, "numpy")
+    i, fn = rec.param_names.index("v"), rec.function("numpy")
+    param = rec.params[i]
+
+    def value(v):
+        args[i] = np.float64(param.validate(v, {}))
+        return float(fn(*args))
+
+    return value
+
+
 def scalar_drop_times(lam, a, v0, levels, mo, E, T):
     """Drop times from the per-head scalar ODE eq. 21 (exact on the aligned manifold)."""
-    ode = theory.get("linear_attention.separate.scalar_ode_rhs")
     sols = []
     for d in range(lam.size):
-        def f(t, y, d=d):
-            return np.atleast_1d(ode(v=max(float(y[0]), 0.0), lam=lam[d], a=a[d], tau=TAU))
+        ode = scalar_ode_rhs(lam[d], a[d], TAU)
+
+        def f(t, y, ode=ode):
+            return np.atleast_1d(ode(max(float(y[0]), 0.0)))
         r = solve_ivp(f, (0.0, T), [v0[d]], method="LSODA", rtol=RTOL, atol=1e-14, dense_output=True)
         sols.append(r.sol)
 
-    def loss_at(t):
-        c = np.array([float(s(t)[0]) for s in sols]) ** 3
+    def loss_of(v):
+        c = np.array(v) ** 3
         return float(fs.loss(mo, None, (E * c) @ E.T))
 
+    def loss_at(t):
+        return loss_of([float(s(t)[0]) for s in sols])
+
     t = np.concatenate([[0.0], np.geomspace(1.0, T, 3000)])
-    curve = np.array([loss_at(s) for s in t])
     v = np.array([[float(s(ti)[0]) for s in sols] for ti in t])
+    curve = np.array([loss_of(row) for row in v])          # loss_at at each t, the heads evaluated once
     return fs.plateaus(t, curve, levels, func=loss_at).drop_times, t, curve, v
 
 

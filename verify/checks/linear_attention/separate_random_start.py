@@ -17,7 +17,6 @@ from scipy.integrate import solve_ivp
 
 from verify import Control, Outcome, check
 from verify.settings import Setting
-from verify.stats import evaluate as _cf
 
 RHS = "linear_attention.separate.scalar_ode_rhs"
 #: eq. 21 is started when the head's |v| reaches this fraction of v* (the head is aligned by then: its key's
@@ -31,9 +30,14 @@ ORDER_MIN, ERROR_TOL = 0.6, 0.1
 
 
 def _scalar_ode(lam: float, a: float, v0: float, t):
-    """|v|(t) along eq. 21 (``scalar_ode_rhs``) from ``v0`` at ``t[0]``."""
+    """|v|(t) along eq. 21 (``scalar_ode_rhs``, validated once: :func:`verify.flows.separate_ranks.scalar_ode_rhs`)
+    from ``v0`` at ``t[0]``."""
+    from verify.flows.separate_ranks import scalar_ode_rhs
+
+    f = scalar_ode_rhs(lam, a, 1.0)
+
     def rhs(_t, y):
-        return [float(_cf(RHS, v=max(y[0], 0.0), lam=lam, a=a, tau=1.0))]
+        return [f(max(y[0], 0.0))]
 
     sol = solve_ivp(rhs, (t[0], t[-1]), [v0], t_eval=t, rtol=1e-10, atol=1e-14, method="LSODA")
     return sol.y[0]

@@ -373,8 +373,10 @@ def steps_are_kernel_roots(ctx):
     mpmath's polynomial solver from the exact kernel coefficients (a Hankel solve in rationals): the
     radical forms and the record's mpmath backend at ``dps`` digits, the record's float64 value to
     1e-12. The (n, d) pairs, L and the digits are named settings (``n``, ``d``, ``L``, ``dps``).
-    Cost: about 1.5 s quick (L <= 4) once the radical forms are derived and cached (the first run on a
-    toolkit source derives them: about 3.5 s more)."""
+    Cost: about 0.7 s quick (L <= 4) once the radical forms are derived and their mpmath source is
+    cached (the first run on a toolkit or sympy source derives and emits them: about 4 s more)."""
+    import inspect
+
     import mpmath as mp
     import sympy as sp
 
@@ -387,11 +389,25 @@ def steps_are_kernel_roots(ctx):
     layers = tuple(sorted(set(ctx.setting("L"))))
     dps = ctx.setting("dps")
     sn, sd = sym("n"), sym("d")
-    # the radical forms (L <= 3), evaluated in mpmath arithmetic (n, d below 2**60 are exact mpf)
-    # derived once per toolkit source (theory.cache.derivation), then lambdified
-    radical = {L: cache.derivation(f"preconditioned_gd.multi_layer.optimal_steps_of.L{L}", "theory.preconditioned_gd",
-                                   lambda L=L: optimal_steps_of(L)) for L in layers if L <= 3}
-    forms = {L: sp.lambdify((sn, sd), list(r), modules="mpmath") for L, r in radical.items()}
+    # the radical forms (L <= 3), evaluated in mpmath arithmetic (n, d below 2**60 are exact mpf):
+    # derived and lambdified once per toolkit and sympy source, the emitted source kept in the
+    # cache (theory.cache.derivation) and compiled in lambdify's mpmath namespace (loading the
+    # pickled radicals and printing them again took about 2 s a run)
+    def emitted(L):
+        name = f"preconditioned_gd.multi_layer.optimal_steps_of.L{L}"
+
+        def source():
+            radical = cache.derivation(name, "theory.preconditioned_gd", lambda: optimal_steps_of(L))
+            return inspect.getsource(sp.lambdify((sn, sd), list(radical), modules="mpmath"))
+
+        return cache.derivation(f"{name}.mpmath_source", "theory.preconditioned_gd", source)
+
+    namespace = sp.lambdify((), 0, modules="mpmath").__globals__   # lambdify's mpmath names
+    forms = {}
+    for L in (L for L in layers if L <= 3):
+        local = {}
+        exec(emitted(L), dict(namespace), local)
+        forms[L] = local["_lambdifygenerated"]
     record = theory.get(STEPS)
     worst_exact = worst_record = worst_float = worst_recip = worst_shift = 0.0
     rows = {}

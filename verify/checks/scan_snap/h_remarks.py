@@ -93,7 +93,7 @@ def remark1_effective_rate(ctx):
                 "c(s) = t(h*(s)) - s grows like (1/2) ln s + C (each Euler step of eq. 33 gains "
                 "-f'(h)/2 ~ 1/(2 s) in time, f = eta_Y/((M-1) + e^{M h})), so c = O(ln M) only while "
                 "s <~ M^2; likewise h* - h ~ ((1/2) ln s + C)/(M s), not O(ln M/(M s))."},
-       settings=[Setting("S", "int", quick=10**6, full=10**7, low=10**5, high=10**8,
+       settings=[Setting("S", "int", quick=2 * 10**5, full=10**7, low=10**5, high=10**8,
                          doc="steps S of the exact recursion h*(s) (the slope is fitted over [100 t_B, S])")])
 def remark2_time_shift(ctx):
     """c(s) = t(h*(s)) - s from the exact recursion (eq. 33) and the explicit inverse t(h).
@@ -102,6 +102,11 @@ def remark2_time_shift(ctx):
     Taylor expansion of t(h) = int dh/f gives t(h + f(h)) - t(h) = 1 - f'(h)/2 + O(f'^2), and in the
     logarithmic stage -f'(h) = M f(h) e^{Mh}/((M-1) + e^{Mh}) -> M f ~ 1/s, so c(s) ~ (1/2) ln s.
     The slope b of c against ln s is fitted over s in [100 t_B, S] (deep in stage 2).
+
+    Measured (deterministic: no draws, every seed the same): quick (S = 2e5, fit ranges from [607, 2e5] to
+    [18214, 2e5], at least a decade) slopes 0.5004-0.5013, worst |b - 1/2| = 0.0013 (0.026 of the tolerance);
+    S = 1e6 (the quick size before; 5 times the steps) gives 0.5003-0.5008, worst 0.00083. Control: the
+    bounded c of the printed claim (slope 0) misses by 0.50, 10 times the tolerance.
     """
     S = ctx.setting("S")
     cases = [(M, eta) for M in (10, 100, 1000) for eta in (0.1, 0.5, 1.0)]
