@@ -628,6 +628,28 @@ def test_predict_gram_equals_the_forward_pass():
             assert np.array_equal(predict_gram(context_gram(Z), P, Q), predict_gram(Z, P, Q))
 
 
+def test_prompts_gram_is_the_tokens_gram():
+    """``Prompts.gram`` (from S and w*, no token matrix) is the context Gram matrix and query column of the
+    tokens (eq. 1), and ``target`` the query label, for both tasks; the forward pass on it is the same."""
+    from verify.models.linear_transformer import predict, sparse_layers
+    from verify.models.linear_transformer_monte_carlo import context_gram, predict_gram
+    from verify.tasks.preconditioned_gd import distorted_covariance, sample_prompts
+
+    rng = np.random.default_rng(5)
+    Sigma = distorted_covariance(rng)
+    for task in ("identity", "inverse"):
+        pr = sample_prompts(rng, Sigma, 7, 40, task=task)
+        fresh = sample_prompts(np.random.default_rng(6), Sigma, 7, 40, task=task)
+        target = fresh.target                        # before y is computed: <x_q, w*> directly
+        assert np.allclose(target, fresh.y[:, -1], rtol=0, atol=1e-13) and "y" in fresh.__dict__
+        G, zq = pr.gram()
+        G_tok, zq_tok = context_gram(pr.tokens())
+        assert np.allclose(G, G_tok, rtol=1e-13, atol=1e-13) and np.array_equal(zq, zq_tok)
+        P, Q = sparse_layers(rng.standard_normal((3, 5, 5)) * 0.3)
+        want = predict(pr.tokens(), P, Q)
+        assert np.max(np.abs(predict_gram(pr.gram(), P, Q) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
+
+
 def test_predict_query_equals_the_forward_pass():
     """The query-column-only last layer is the forward pass (eqs. 2-4), linear and ReLU attention (§6),
     L = 1..3, dense random layers."""
