@@ -667,3 +667,19 @@ def test_predict_query_equals_the_forward_pass():
             assert np.max(np.abs(predict_query(Z, P, Q, activation=act) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
     with pytest.raises(ValueError, match="activation"):
         predict_query(Z, P[:1], Q[:1], activation="tanh")
+
+
+def test_trace_powers_are_the_eigenvalue_power_sums():
+    """``trace_powers`` (Frobenius products of matrix powers) is ``sum_j s_j^k`` over the eigenvalues, k = 1..K,
+    for odd and even K; ``white_wishart`` draws m x m matrices, m = min(n, d), of mean I when n >= d."""
+    from verify.checks.preconditioned_gd.wishart import trace_powers, white_wishart
+
+    rng = np.random.default_rng(7)
+    for (n, d), K in (((4, 3), 8), ((20, 5), 7), ((2, 6), 5)):
+        M = white_wishart(rng, n, d, 200)
+        assert M.shape == (200, min(n, d), min(n, d))
+        s = np.linalg.eigvalsh(M)
+        want = np.stack([np.sum(s**k, axis=1) for k in range(1, K + 1)], axis=1)
+        np.testing.assert_allclose(trace_powers(M, K), want, rtol=1e-12)
+    big = white_wishart(rng, 20, 5, 20000)
+    np.testing.assert_allclose(big.mean(axis=0), np.eye(5), atol=0.05)
