@@ -70,15 +70,15 @@ def tilted_prompts(rng, Sigma, n: int, B: int, tilt=TILT):
     d = Sigma.shape[0]
     rho = np.asarray(tilt, dtype=float)
     G = rng.standard_normal((B, d, n))
-    lam, vec = np.linalg.eigh(np.einsum("bdi,bei->bde", G, G) / n)
+    lam, vec = np.linalg.eigh((G @ G.transpose(0, 2, 1)) / n)         # batched BLAS products (einsum: 2x slower)
     j = rng.integers(0, len(rho), B)
     v = vec[:, :, -1]
-    G = G + ((np.sqrt(rho[j]) - 1)[:, None] * v)[:, :, None] * np.einsum("bd,bdi->bi", v, G)[:, None, :]
+    G = G + ((np.sqrt(rho[j]) - 1)[:, None] * v)[:, :, None] * (v[:, None, :] @ G)
     lam[:, -1] *= rho[j]
     terms = np.stack([-np.log(len(rho)) - _log_density_ratio(lam, r, n, d) - np.log(r) for r in rho], axis=1)
     weight = np.exp(-logsumexp(terms, axis=1))
     C = np.linalg.cholesky(Sigma)
-    X = np.concatenate([np.einsum("ij,bjk->bik", C, G), (rng.standard_normal((B, d)) @ C.T)[:, :, None]], axis=2)
+    X = np.concatenate([C @ G, (rng.standard_normal((B, d)) @ C.T)[:, :, None]], axis=2)
     w = np.linalg.solve(C.T, rng.standard_normal((B, d)).T).T
     return Prompts(X=X, w=w), weight, lam
 
