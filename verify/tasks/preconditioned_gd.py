@@ -79,8 +79,9 @@ class Prompts:
 
     @property
     def target(self) -> np.ndarray:
-        """The query label ``y^(n+1) = <x^(n+1), w*>``, shape (B,)."""
-        return self.y[:, -1] if "y" in self.__dict__ else np.einsum("bd,bd->b", self.query, self.w)
+        """The query label ``y^(n+1) = <x^(n+1), w*>``, shape (B,) (from the query alone: the same value
+        whether or not :attr:`y` has been computed)."""
+        return np.einsum("bd,bd->b", self.query, self.w)
 
     @property
     def context(self) -> np.ndarray:
