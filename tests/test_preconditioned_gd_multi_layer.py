@@ -628,6 +628,26 @@ def test_predict_gram_equals_the_forward_pass():
             assert np.array_equal(predict_gram(context_gram(Z), P, Q), predict_gram(Z, P, Q))
 
 
+def test_prompts_gram_is_the_tokens_gram():
+    """``Prompts.gram`` (from S and w*, no token matrix) is the context Gram matrix and query column of the
+    tokens (eq. 1), and ``target`` the query label, for both tasks; the forward pass on it is the same."""
+    from verify.models.linear_transformer import predict, sparse_layers
+    from verify.models.linear_transformer_monte_carlo import context_gram, predict_gram
+    from verify.tasks.preconditioned_gd import distorted_covariance, sample_prompts
+
+    rng = np.random.default_rng(5)
+    Sigma = distorted_covariance(rng)
+    for task in ("identity", "inverse"):
+        pr = sample_prompts(rng, Sigma, 7, 40, task=task)
+        assert np.allclose(pr.target, pr.y[:, -1], rtol=0, atol=1e-13)
+        G, zq = pr.gram()
+        G_tok, zq_tok = context_gram(pr.tokens())
+        assert np.allclose(G, G_tok, rtol=1e-13, atol=1e-13) and np.array_equal(zq, zq_tok)
+        P, Q = sparse_layers(rng.standard_normal((3, 5, 5)) * 0.3)
+        want = predict(pr.tokens(), P, Q)
+        assert np.max(np.abs(predict_gram(pr.gram(), P, Q) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
+
+
 def test_predict_query_equals_the_forward_pass():
     """The query-column-only last layer is the forward pass (eqs. 2-4), linear and ReLU attention (§6),
     L = 1..3, dense random layers."""
@@ -645,3 +665,19 @@ def test_predict_query_equals_the_forward_pass():
             assert np.max(np.abs(predict_query(Z, P, Q, activation=act) - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
     with pytest.raises(ValueError, match="activation"):
         predict_query(Z, P[:1], Q[:1], activation="tanh")
+
+
+def test_trace_powers_are_the_eigenvalue_power_sums():
+    """``trace_powers`` (Frobenius products of matrix powers) is ``sum_j s_j^k`` over the eigenvalues, k = 1..K,
+    for odd and even K; ``white_wishart`` draws m x m matrices, m = min(n, d), of mean I when n >= d."""
+    from verify.checks.preconditioned_gd.wishart import trace_powers, white_wishart
+
+    rng = np.random.default_rng(7)
+    for (n, d), K in (((4, 3), 8), ((20, 5), 7), ((2, 6), 5)):
+        M = white_wishart(rng, n, d, 200)
+        assert M.shape == (200, min(n, d), min(n, d))
+        s = np.linalg.eigvalsh(M)
+        want = np.stack([np.sum(s**k, axis=1) for k in range(1, K + 1)], axis=1)
+        np.testing.assert_allclose(trace_powers(M, K), want, rtol=1e-12)
+    big = white_wishart(rng, 20, 5, 20000)
+    np.testing.assert_allclose(big.mean(axis=0), np.eye(5), atol=0.05)

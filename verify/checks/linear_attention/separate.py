@@ -109,7 +109,9 @@ def fixed_points(ctx):
                          doc="eigenvalues of Lambda (white, power:ALPHA or a list), randomly rotated"),
                  Setting("D", "int", quick=4, full=4, low=1, high=12,
                          doc="token dimension for a white or power spectrum (a list fixes D)"),
-                 Setting("samples", "int", quick=400_000, full=10_000_000, low=10_000, high=10**9,
+                 # quick 5e4 (was 4e5), sized by its control: seeds 0-19 20/20, worst discrepancy/tolerance
+                 # 0.556 (seed 6), the control's expected z at least 17.1 x the threshold (measured 17.3 x)
+                 Setting("samples", "int", quick=50_000, full=10_000_000, low=10_000, high=10**9,
                          doc="sampled sequences")])
 def mc_subset_loss(ctx):
     rng = ctx.rng

@@ -54,7 +54,6 @@ from verify.models.linear_transformer_monte_carlo import (
     N_PAPER,
     OPT_LOSS,
     STEPS,
-    context_gram,
     mc_transformer_loss,
     per_prompt_gradients,
     planar_moments,
@@ -301,7 +300,7 @@ def mc_gd_loss(ctx):
     acc = batch_mean()
     for size in chunks(total, 20_000):
         pr = sample_prompts(ctx.rng, Sigma, n, size, task="inverse")
-        g = context_gram(pr.tokens())   # both stacks read the same prompts
+        g = pr.gram()   # both stacks read the same prompts
         acc.add((predict_gram(g, P2, Q2) - pr.target) ** 2 - (predict_gram(g, P1, Q1) - pr.target) ** 2)
     diff = acc.result()
     diff_pred = rows["L=3 at 0.8 eta*"]["predicted"] - rows["L=3 optimal"]["predicted"]
