@@ -201,17 +201,28 @@ def _draw_token_variants(N: int, batch: int, generator, device, dtype, chol: tor
     # columns ~ N(0, Lambda): one matrix product over all tokens (an einsum took 7x longer on a CPU)
     xT = (g @ chol.mT).mT                            # (B, D, N+1)
     w0 = standard_normal((batch, D), generator, device, dtype)
-    made = {}
+    made, first = {}, None
     for n in n_fixed:
         if n in made:
             continue
         w = w0.clone() if n and len(n_fixed) > 1 else w0
         if n:
             w[:n] = w_fixed
-        y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
-        y_q = y[:, N].clone()
-        y[:, N] = 0.0                                    # the query's label slot
-        made[n] = TokenBatch(torch.cat([xT, y.unsqueeze(1)], dim=1), y_q, w)
+        if first is None:
+            y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
+            y_q = y[:, N].clone()
+            y[:, N] = 0.0                                    # the query's label slot
+            first = made[n] = TokenBatch(torch.cat([xT, y.unsqueeze(1)], dim=1), y_q, w)
+            n_first = n
+            continue
+        # a further portion: the first batch with the labels of the sequences whose task vector differs
+        lo, hi = sorted((n, n_first))
+        X, y_q = first.X.clone(), first.y_q.clone()
+        y = torch.bmm(w[lo:hi].unsqueeze(1), xT[lo:hi]).squeeze(1)
+        y_q[lo:hi] = y[:, N]
+        y[:, N] = 0.0
+        X[lo:hi, D] = y
+        made[n] = TokenBatch(X, y_q, w)
     return [made[n] for n in n_fixed]
 
 
