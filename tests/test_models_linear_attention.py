@@ -417,6 +417,44 @@ def test_mse_gradients_are_autograds(softmax, dtype):
             np.testing.assert_allclose(c.numpy(), a.numpy(), rtol=0, atol=tol * scale)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_next_token_gradients_are_autograds(dtype):
+    # the closed-form next-token loss gradient (eq. 23) against autograd's on next_token_predictions(), every
+    # block random, merged and separate linear layers; the softmax layers have none
+    from verify.models.linear_attention import next_token_predictions
+
+    g = gen(6)
+    for m in _layers(dtype, False):
+        if isinstance(m, CubicFeatureMLP):
+            continue
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=dtype))
+        X, y_q, _ = sample_tokens(np.eye(m.D) + 0.1, m.N, 64, generator=g, dtype=dtype)
+        X[:, -1, -1] = y_q                                   # every label, the query's included
+        params = list(m.parameters())
+        loss = torch.mean((X[:, -1, 1:] - next_token_predictions(m, X)) ** 2)
+        auto = torch.autograd.grad(loss, params)
+        value, views, grads = m.next_token_gradients(X)
+        assert value.item() == pytest.approx(loss.item(), rel=1e-12 if dtype == torch.float64 else 1e-6)
+        with torch.no_grad():
+            saved = [p.detach().clone() for p in params]
+            for p in params:
+                p.zero_()
+            torch._foreach_add_(views, grads)
+            closed = [p.detach().clone() for p in params]
+            for p, s in zip(params, saved):
+                p.copy_(s)
+        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        for a, c in zip(auto, closed):
+            scale = float(a.abs().max())
+            assert scale > 0
+            np.testing.assert_allclose(c.numpy(), a.numpy(), rtol=0, atol=tol * scale)
+    for m in _layers(dtype, True)[::2]:
+        with pytest.raises(ValueError, match="^softmax"):
+            m.next_token_gradients(X[:, :m.D + 1, :m.N + 1])
+
+
 def test_train_online_sgd_is_autograd_and_torch_sgd():
     # the loop (closed-form gradients, fused update) against a plain autograd + torch.optim.SGD loop
     from verify.models.linear_attention import _draw_tokens

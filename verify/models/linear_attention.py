@@ -201,17 +201,28 @@ def _draw_token_variants(N: int, batch: int, generator, device, dtype, chol: tor
     # columns ~ N(0, Lambda): one matrix product over all tokens (an einsum took 7x longer on a CPU)
     xT = (g @ chol.mT).mT                            # (B, D, N+1)
     w0 = standard_normal((batch, D), generator, device, dtype)
-    made = {}
+    made, first = {}, None
     for n in n_fixed:
         if n in made:
             continue
         w = w0.clone() if n and len(n_fixed) > 1 else w0
         if n:
             w[:n] = w_fixed
-        y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
-        y_q = y[:, N].clone()
-        y[:, N] = 0.0                                    # the query's label slot
-        made[n] = TokenBatch(torch.cat([xT, y.unsqueeze(1)], dim=1), y_q, w)
+        if first is None:
+            y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
+            y_q = y[:, N].clone()
+            y[:, N] = 0.0                                    # the query's label slot
+            first = made[n] = TokenBatch(torch.cat([xT, y.unsqueeze(1)], dim=1), y_q, w)
+            n_first = n
+            continue
+        # a further portion: the first batch with the labels of the sequences whose task vector differs
+        lo, hi = sorted((n, n_first))
+        X, y_q = first.X.clone(), first.y_q.clone()
+        y = torch.bmm(w[lo:hi].unsqueeze(1), xT[lo:hi]).squeeze(1)
+        y_q[lo:hi] = y[:, N]
+        y[:, N] = 0.0
+        X[lo:hi, D] = y
+        made[n] = TokenBatch(X, y_q, w)
     return [made[n] for n in n_fixed]
 
 
@@ -366,36 +377,54 @@ class MergedLinearAttention(nn.Module):
 
         Linear layer: ``T = w^T K`` with ``w`` the rows ``W^V_i[D, :]`` (H, D+1) and ``K`` the flattened ``W^KQ_i``
         (H, (D+1)^2), so ``dL/dw = K G^T`` and ``dL/dK = w G`` with ``G = dL/dT`` from
-        :func:`_mse_value_query_gradient`; every other entry of ``W^V_i`` has gradient 0. The same operations
-        as autograd's backward of :meth:`predict` (a test compares them). Returns ``(loss, views, grads)``:
+        :func:`_mse_value_query_gradient`; every other entry of ``W^V_i`` has gradient 0. Autograd's backward of
+        :meth:`predict` to float round-off (a test compares them). Returns ``(loss, views, grads)``:
         the updated tensors are the views ``W^V[:, D, :]`` and ``W^KQ``."""
         if self.softmax:
             return self._softmax_mse_gradients(X, y_q)
+        return self._value_query_gradients(lambda T: _mse_value_query_gradient(X, y_q, T, self.D, self.rho))
+
+    @torch.no_grad()
+    def next_token_gradients(self, X: torch.Tensor):
+        """The next-token loss (eq. 23) of :func:`next_token_predictions` on ``X`` (N+1 labelled tokens) and its
+        gradient, without autograd (:func:`train_online_sgd` with ``next_token=True``); linear layer only.
+        Returns ``(loss, views, grads)`` as :meth:`mse_gradients`."""
+        if self.softmax:
+            raise ValueError("softmax: the next-token loss is defined for the linear layer only")
+        return self._value_query_gradients(lambda T: _next_token_value_query_gradient(X, T, self.D))
+
+    def _value_query_gradients(self, loss_and_gradient):
+        """``(loss, views, grads)`` from ``loss_and_gradient(T) = (L, dL/dT)``, ``T`` the layer's value-query
+        matrix: ``dL/dw = K G^T`` and ``dL/dK = w G`` (``w`` the rows ``W^V_i[D, :]``, ``K`` the flattened
+        ``W^KQ_i``, ``G = dL/dT``)."""
         d = self.D + 1
         w, K = self.WV[:, self.D, :], self.WKQ.reshape(self.H, d * d)
-        loss, G = _mse_value_query_gradient(X, y_q, (w.T @ K).reshape(d * d, d), self.D, self.rho)
+        loss, G = loss_and_gradient((w.T @ K).reshape(d * d, d))
         G = G.reshape(d, d * d)
         return loss, [w, self.WKQ], [(G @ K.T).T, (w @ G).reshape(self.H, d, d)]
 
     def _softmax_mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
         """:meth:`mse_gradients` of the softmax layer: :meth:`predict`'s forward, then its backward by hand
-        (softmax's own backward kernel for the softmax), with ``r = dL/dyhat``: ``dL/d(value row) = r p``,
-        ``dL/dscore = softmax'(r v)``, through ``score_n = x_n^T W^KQ_i x_q`` to ``W^KQ_i``. Autograd's values
-        to float round-off (its contraction for ``dL/d(value row)`` may sum in another order)."""
+        (softmax's own backward kernel for the softmax), with ``r = dL/dyhat``: ``dL/dscore = softmax'(r v)``,
+        through ``score_n = x_n^T W^KQ_i x_q`` to ``W^KQ_i``. The value rows enter through the attended token
+        ``a_i = sum_n p_n x_n`` of each head (one batched product): ``yhat = X[D, N] + sum_i W^V_i[D, :] a_i``
+        and ``dL/d(value row) = sum_b r a_i``. Autograd's values to float round-off (it sums in another
+        order)."""
         B, D, H = X.shape[0], self.D, self.H
+        d = D + 1
         x_q = X[:, :, -1]
         w = self.WV[:, D, :]
-        kq = torch.einsum("hcd,bd->bhc", self.WKQ, x_q)                       # W^KQ_i x_q
-        p = torch.softmax(torch.einsum("bhc,bcn->bhn", kq, X), dim=-1)       # over the N + 1 keys
+        kq = (x_q @ self.WKQ.reshape(H * d, d).mT).reshape(B, H, d)          # W^KQ_i x_q
+        p = torch.softmax(kq @ X, dim=-1)                                     # over the N + 1 keys
+        attended = (p @ X.mT).reshape(B, H * d)                               # a_i = sum_n p_n x_n
+        diff = y_q - (X[:, D, -1] + attended @ w.reshape(H * d))
+        loss = torch.mean(diff.square())
+        r = diff * (-2.0 / B)                                                 # dL/dyhat
         vals = torch.einsum("hc,bcn->bhn", w, X)                             # row D of W^V_i X
-        diff = y_q - (X[:, D, -1] + (vals * p).sum((1, 2)))
-        loss = torch.mean(diff ** 2)
-        r = (-((torch.ones((), dtype=diff.dtype, device=diff.device) / B) * (2 * diff)))[:, None, None]
-        d_scores = torch.ops.aten._softmax_backward_data(r * vals, p, -1, p.dtype)     # (B, H, N+1)
-        d_w = torch.einsum("bhn,bcn->hc", r * p, X)
-        d_kq = d_scores @ X.transpose(1, 2)                                   # (B, H, D+1)
-        d_WKQ = (d_kq.reshape(B, H * (D + 1)).T @ x_q).reshape(H, D + 1, D + 1)
-        return loss, [w, self.WKQ], [d_w, d_WKQ]
+        d_scores = torch.ops.aten._softmax_backward_data(r[:, None, None] * vals, p, -1, p.dtype)   # (B, H, N+1)
+        d_kq = d_scores @ X.mT                                                # (B, H, D+1)
+        d_WKQ = (d_kq.reshape(B, H * d).T @ x_q).reshape(H, d, d)
+        return loss, [w, self.WKQ], [(r @ attended).reshape(H, d), d_WKQ]
 
     def value_query_tensor(self) -> torch.Tensor:
         """``T_{cde} = sum_i W^V_i[D, c] W^KQ_i[d, e]``, shape (D+1, D+1, D+1): the linear layer's
@@ -502,14 +531,14 @@ class MergedLinearAttention(nn.Module):
 def _mse_value_query_gradient(X: torch.Tensor, y_q: torch.Tensor, T: torch.Tensor, D: int, rho: float):
     """``(L, dL/dT)`` of ``L = mean (y_q - yhat)^2``, ``yhat = X[D, N] + (1/rho) sum_{cde} (X X^T)_{cd}
     T_{cde} x_{q,e}`` (``T`` as a ((D+1)^2, D+1) matrix): ``dL/dT = (X X^T)^T (r x_q) / rho`` with ``r =
-    -(2 (y_q - yhat) / B)``, in the order of autograd's backward of that expression."""
+    -(2 (y_q - yhat) / B)``; autograd's backward of that expression to round-off (``r / rho`` as one product
+    by ``-2 / (B rho)``, where autograd takes four operations)."""
     B, d = X.shape[0], D + 1
     x_q = X[:, :, -1]
-    gram = (X @ X.transpose(1, 2)).reshape(B, d * d)
+    gram = (X @ X.mT).reshape(B, d * d)
     diff = y_q - (X[:, D, -1] + ((gram @ T) * x_q).sum(-1) / rho)
-    loss = torch.mean(diff ** 2)
-    r = -((torch.ones((), dtype=diff.dtype, device=diff.device) / B) * (2 * diff)) / rho
-    return loss, gram.T @ (r.unsqueeze(-1) * x_q)
+    loss = torch.mean(diff.square())
+    return loss, gram.T @ ((diff * (-2.0 / (B * rho))).unsqueeze(-1) * x_q)
 
 
 class CubicFeatureMLP(nn.Module):
@@ -662,17 +691,38 @@ def next_token_predictions(model, X: torch.Tensor) -> torch.Tensor:
     compares them); returns (B, N), the predictions of ``y_2 .. y_{N+1}``.
     """
     X = _as_tokens(X, model.D)
+    d = model.D + 1
+    G, q, p = _next_token_terms(X, model.D)
+    return ((G @ model.value_query_tensor().reshape(d * d, d)) * q).sum(-1) / p
+
+
+def _next_token_terms(X: torch.Tensor, D: int):
+    """``(G, q, p)`` of :func:`next_token_predictions`: the prefix Gram matrices ``G^(p)`` flattened, shape
+    (B, N, (D+1)^2), the queries ``q_p`` (B, N, D+1) and the context lengths ``p = 1..N``."""
     B, d, n1 = X.shape
     N = n1 - 1
     if N < 1:
         raise ValueError(f"X: expected at least 2 tokens per sequence, got {n1}")
-    T = model.value_query_tensor().reshape(d * d, d)
     Z = X.transpose(1, 2)                                                   # (B, N+1, d)
     S = torch.cumsum(Z[:, :N, :, None] * Z[:, :N, None, :], dim=1)           # sum_{j<=p} z_j z_j^T
-    q = torch.cat([Z[:, 1:, :model.D], torch.zeros_like(Z[:, 1:, model.D:])], dim=2)   # (B, N, d)
+    q = torch.cat([Z[:, 1:, :D], torch.zeros_like(Z[:, 1:, D:])], dim=2)    # (B, N, d)
     G = S + q[:, :, :, None] * q[:, :, None, :]
-    p = torch.arange(1, N + 1, dtype=X.dtype, device=X.device)
-    return ((G.reshape(B, N, d * d) @ T) * q).sum(-1) / p
+    return G.reshape(B, N, d * d), q, torch.arange(1, N + 1, dtype=X.dtype, device=X.device)
+
+
+def _next_token_value_query_gradient(X: torch.Tensor, T: torch.Tensor, D: int):
+    """``(L, dL/dT)`` of the next-token loss ``L = mean_{b,p} (y_{p+1} - yhat_p)^2`` (eq. 23) of
+    :func:`next_token_predictions` with the value-query tensor ``T`` (a ((D+1)^2, D+1) matrix): with
+    ``r_p = dL/dyhat_p``, ``dL/dT = sum_{b,p} G^(p) (r_p / p) q_p^T``, one matrix product over every
+    prediction of the batch. ``X`` holds N+1 labelled tokens."""
+    B, d, n1 = X.shape
+    N = n1 - 1
+    G, q, p = _next_token_terms(X, D)
+    G = G.reshape(B * N, d * d)
+    diff = X[:, D, 1:] - ((G @ T).reshape(B, N, d) * q).sum(-1) / p
+    loss = torch.mean(diff.square())
+    rq = ((diff * (-2.0 / (B * N))) / p).unsqueeze(-1) * q                # (r_p / p) q_p
+    return loss, G.T @ rq.reshape(B * N, d)
 
 
 def next_token_population_loss(Lambda, N_max: int, M) -> np.ndarray:
@@ -698,10 +748,9 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     ``torch.optim.SGD(lr=eta)`` step (:func:`sgd_step`). A step is an Euler step of ``tau dW/dt = -1/2
     dL/dW`` of size ``dt / tau = 2 eta``, so step k is at ``t / tau = 2 eta k``. A model with
     ``mse_gradients(X, y_q)`` (the attention layers and the MLP) gives its gradient in closed form,
-    autograd's backward of its ``predict`` without building the graph (the same operations for the linear
-    layers, the MLP and the separate softmax layer; the merged softmax layer's to round-off; tests compare
-    them; a step of a small layer cost about half as much); the others' gradients (and the next-token
-    loss's) come from one :func:`torch.autograd.grad` call.
+    autograd's backward of its ``predict`` without building the graph (to float round-off; tests compare
+    them; a step of a small layer cost about half as much), and a linear layer with ``next_token_gradients(X)``
+    that of the next-token loss; the others' gradients come from one :func:`torch.autograd.grad` call.
 
     Parameters
     ----------
@@ -796,9 +845,10 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     n_logs = steps // log_every + 2
     logs = [_RunLog(m, max(1, (steps // log_every) // WEIGHT_SNAPSHOTS), n_logs) for m in models]
     # the layers' and the MLP's gradients in closed form (their mse_gradients(): autograd's backward of
-    # predict() without building its graph), the next-token loss's and other models' from autograd
-    manual = [not next_token and hasattr(m, "mse_gradients") and all(p.requires_grad for p in m.parameters())
-              for m in models]
+    # predict() without building its graph; next_token_gradients() for the linear layers' next-token loss),
+    # other models' from autograd
+    manual = [(hasattr(m, "next_token_gradients") and not getattr(m, "softmax", False) if next_token
+               else hasattr(m, "mse_gradients")) and all(p.requires_grad for p in m.parameters()) for m in models]
     params = [p for m, man in zip(models, manual) if not man for p in m.parameters() if p.requires_grad]
 
     t0 = time.perf_counter()
@@ -820,7 +870,7 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
             for m, man, n in zip(models, manual, n_fixed):
                 X, y_q, _ = drawn[n]
                 if man:
-                    loss, v, g = m.mse_gradients(X, y_q)
+                    loss, v, g = m.next_token_gradients(X) if next_token else m.mse_gradients(X, y_q)
                     views += v
                     grads += g
                 else:

@@ -36,7 +36,8 @@ import torch
 from torch import nn
 
 from .. import validate
-from .linear_attention import DTYPE, _as_param_tensor, _as_tokens, _mse_value_query_gradient
+from .linear_attention import (DTYPE, _as_param_tensor, _as_tokens, _mse_value_query_gradient,
+                               _next_token_value_query_gradient)
 
 __all__ = ["SeparateLinearAttention"]
 
@@ -173,14 +174,28 @@ class SeparateLinearAttention(nn.Module):
 
         Linear layer: ``T = w^T K`` with ``w`` the rows ``W^V_i[D, :]`` and ``K_i = W^K_i^T W^Q_i`` flattened, so with
         ``G = dL/dT``: ``dL/dw = K G^T``, ``dL/dK = w G``, ``dL/dW^K_i = W^Q_i (dL/dK_i)^T``, ``dL/dW^Q_i
-        = W^K_i dL/dK_i``; every other entry of ``W^V_i`` has gradient 0. The same operations as autograd's
-        backward of :meth:`predict` (a test compares them). Returns ``(loss, views, grads)``: the updated
+        = W^K_i dL/dK_i``; every other entry of ``W^V_i`` has gradient 0. Autograd's backward of :meth:`predict`
+        to float round-off (a test compares them). Returns ``(loss, views, grads)``: the updated
         tensors are the views ``W^V[:, D, :]``, ``W^K`` and ``W^Q``."""
         if self.softmax:
             return self._softmax_mse_gradients(X, y_q)
+        return self._value_query_gradients(lambda T: _mse_value_query_gradient(X, y_q, T, self.D, self.rho))
+
+    @torch.no_grad()
+    def next_token_gradients(self, X: torch.Tensor):
+        """The next-token loss (eq. 23) of :func:`verify.models.linear_attention.next_token_predictions` on ``X``
+        (N+1 labelled tokens) and its gradient, without autograd (``train_online_sgd(..., next_token=True)``);
+        linear layer only. Returns ``(loss, views, grads)`` as :meth:`mse_gradients`."""
+        if self.softmax:
+            raise ValueError("softmax: the next-token loss is defined for the linear layer only")
+        return self._value_query_gradients(lambda T: _next_token_value_query_gradient(X, T, self.D))
+
+    def _value_query_gradients(self, loss_and_gradient):
+        """``(loss, views, grads)`` from ``loss_and_gradient(T) = (L, dL/dT)``, ``T`` the layer's value-query
+        matrix (:meth:`mse_gradients`' chain rule)."""
         d = self.D + 1
         w, K = self.WV[:, self.D, :], (self.WK.mT @ self.WQ).reshape(self.H, d * d)
-        loss, G = _mse_value_query_gradient(X, y_q, (w.T @ K).reshape(d * d, d), self.D, self.rho)
+        loss, G = loss_and_gradient((w.T @ K).reshape(d * d, d))
         G = G.reshape(d, d * d)
         gK = (w @ G).reshape(self.H, d, d)
         return loss, [w, self.WK, self.WQ], [(G @ K.T).T, (gK @ self.WQ.mT).mT, self.WK @ gK]
@@ -188,7 +203,8 @@ class SeparateLinearAttention(nn.Module):
     def _softmax_mse_gradients(self, X: torch.Tensor, y_q: torch.Tensor):
         """:meth:`mse_gradients` of the softmax layer: :meth:`predict`'s forward, then its backward by hand
         (softmax's own backward kernel for the softmax), with ``r = dL/dyhat``: ``dL/d(value row) = r p``,
-        ``dL/dscore = softmax'(r v)``, through ``score = (k . x_n)(q . x_q)`` to the key and query rows."""
+        ``dL/dscore = softmax'(r v)``, through ``score = (k . x_n)(q . x_q)`` to the key and query rows (both
+        written into one buffer for one product with the tokens). Autograd's values to float round-off."""
         B, d, n1 = X.shape
         H, R, D = self.H, self.R, self.D
         HR = H * R
@@ -203,15 +219,16 @@ class SeparateLinearAttention(nn.Module):
             scores = scores.reshape(H, R, B, n1).sum(1)
         p = torch.softmax(scores, dim=-1)
         diff = y_q - (X[:, D, -1] + (vals * p).sum((0, 2)))
-        loss = torch.mean(diff ** 2)
-        r = (-((torch.ones((), dtype=diff.dtype, device=diff.device) / B) * (2 * diff))).unsqueeze(-1)   # (B, 1)
-        d_vals = r * p
+        loss = torch.mean(diff.square())
+        r = (diff * (-2.0 / B)).unsqueeze(-1)                                       # dL/dyhat, (B, 1)
         d_scores = torch.ops.aten._softmax_backward_data(r * vals, p, -1, p.dtype)
         if R > 1:
             d_scores = d_scores.unsqueeze(1).expand(H, R, B, n1).reshape(HR, B, n1)
         d_qp = (d_scores * keys).sum(-1)                                            # (HR, B)
-        d_proj = torch.cat([d_scores * qp, d_vals]).reshape(HR + H, B * n1)
-        d_W = d_proj @ tokens.T
+        d_proj = torch.empty((HR + H, B, n1), dtype=p.dtype, device=p.device)     # written in place, no cat
+        torch.mul(d_scores, qp, out=d_proj[:HR])
+        torch.mul(r, p, out=d_proj[HR:])                                            # dL/d(value row)
+        d_W = d_proj.reshape(HR + H, B * n1) @ tokens.T
         return loss, [self.WK, w, self.WQ], [d_W[:HR].reshape(H, R, d), d_W[HR:], (d_qp @ x_q).reshape(H, R, d)]
 
     # -- blocks -------------------------------------------------------------------------

@@ -228,6 +228,9 @@ class TrainingSetting:
 
 #: Quick profile: D = H = 3, R = 1 (about 3000 steps for seed 0; the cap is ~7x that; batch
 #: 2000 keeps the SGD noise excess at the short second plateau well under the 1 % tolerance).
+#: float64 arithmetic: in float32 (a fifth cheaper a step) seeds 0-19 all passed, but seed 10's
+#: restarted drop duration came to 0.746 of its tolerance (0.265 in float64): SGD's escapes are
+#: that sensitive to round-off, and the margin was not worth it.
 QUICK_TRAINING = TrainingSetting("D=3, N=15, H=3, lambda ~ (3, 2, 1), trace 1", D=3, N=15, H=3,
                                  ranks=(1,), eig=(3.0, 2.0, 1.0), w_init=5e-2, eta=0.5, batch=2000,
                                  log_every=1, max_steps=20_000, max_draws=5)
