@@ -83,7 +83,18 @@ def sample_walks(rng: np.random.Generator, Sigma, T: int, batch: int) -> np.ndar
     Z = rng.standard_normal((batch, T, S.shape[0]))
     if not np.array_equal(L, np.eye(S.shape[0])):   # Sigma = I (Assumption 1's usual case): the product is Z
         Z = Z @ np.ascontiguousarray(L.T)
-    return np.cumsum(Z, axis=1).transpose(0, 2, 1)
+    return _cumsum_tokens(Z).transpose(0, 2, 1)
+
+
+def _cumsum_tokens(Z: np.ndarray) -> np.ndarray:
+    """``np.cumsum(Z, axis=1)`` in place (the same sums in the same order, so the same values): one
+    addition of contiguous (batch, d) slabs per token where the slabs are large (about 4x faster than
+    numpy's strided cumsum, which also allocates a second array of the walks' size)."""
+    if Z.shape[0] * Z.shape[2] < 1024 or not Z.flags.c_contiguous:
+        return np.cumsum(Z, axis=1, out=Z)
+    for t in range(1, Z.shape[1]):
+        np.add(Z[:, t], Z[:, t - 1], out=Z[:, t])
+    return Z
 
 
 def iter_walks(rng: np.random.Generator, Sigma, T: int, total: int, chunk: int = CHUNK) -> Iterator[np.ndarray]:
