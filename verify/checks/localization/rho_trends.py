@@ -32,7 +32,7 @@ from verify import Control, Outcome, check
 from verify.figures import lines, series
 from verify.settings import Setting
 from verify.stats import z_threshold
-from verify.tasks.random_walk import anisotropic_covariance
+from verify.tasks.random_walk import anisotropic_covariance, cumsum_tokens
 
 #: Gaussian-approximation error of rho_i allowed at d = 128 (measured <= 0.022 isotropic, <= 0.037
 #: with the anisotropic Sigma of Fig. 5 at 3000 walks, MC noise included); the Monte Carlo
@@ -79,7 +79,7 @@ def _signal_parts(rng, Sigma: np.ndarray, Ms: np.ndarray, T: int, n: int):
     a, b = [], []
     for M in Ms:
         # tokens as rows (a C-ordered L^T: the stacked product by BLAS, 10x faster at d = 128)
-        X = np.cumsum(rng.standard_normal((n, T, Sigma.shape[0])) @ np.ascontiguousarray(L.T), axis=1)
+        X = cumsum_tokens(rng.standard_normal((n, T, Sigma.shape[0])) @ np.ascontiguousarray(L.T))
         xT = X[:, -1, :]
         a.append(np.einsum("ntd,nd->nt", X, xT))
         b.append(np.einsum("ntd,nd->nt", X, xT @ M))
@@ -94,10 +94,14 @@ def _indicators(omega: np.ndarray) -> np.ndarray:
 
 
 def _rho_gaussian(trW, trW2, lam: float, T: int) -> np.ndarray:
-    """``localization.rho.gaussian`` at i = 1..T for arrays of traces: shape (..., T)."""
+    """``localization.rho.gaussian`` at i = 1..T for arrays of traces: shape (..., T). One registry call at
+    i = T validates the traces, T and lambda; the values at every i come from one call of the record's emitted
+    numpy function (positional: i, T, trW, trW2, temperature, D), broadcast over (..., T): the values of T
+    registry calls, one per i."""
     g = theory.get("localization.rho.gaussian")
-    return np.stack([np.asarray(g(i=i, T=T, trW=trW, trW2=trW2, temperature=lam), float)
-                     for i in range(1, T + 1)], axis=-1)
+    g(i=T, T=T, trW=trW, trW2=trW2, temperature=lam)  # validates
+    trW, trW2 = np.asarray(trW, float)[..., None], np.asarray(trW2, float)[..., None]
+    return np.asarray(g.function("numpy")(np.arange(1, T + 1, dtype=float), T, trW, trW2, lam, None), float)
 
 
 def _fig5_simulation(ctx, aniso: bool):
@@ -386,7 +390,7 @@ def larger_d(ctx):
     chunk = max(1, int(1e8 // (8 * T * dims[-1])))          # walks per batch: about 100 MB
     for start in range(0, n, chunk):
         k = min(chunk, n - start)
-        Y = np.cumsum(rng.standard_normal((k, T, dims[-1])), axis=1)   # tokens as rows, Sigma = I
+        Y = cumsum_tokens(rng.standard_normal((k, T, dims[-1])))   # tokens as rows, Sigma = I
         for name, d, wd in runs:
             Yd = Y[:, :, :d]
             omega = np.einsum("ntk,k,nk->nt", Yd, wd, Yd[:, -1, :]) / np.sqrt(d)
