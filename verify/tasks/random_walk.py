@@ -181,7 +181,13 @@ def query_products(rng: np.random.Generator, T: int, batch: int, m: int) -> np.n
     rng = validate.rng(rng)
     T, batch, m = (validate.integer(n, v) for n, v in (("T", T), ("batch", batch), ("m", m)))
     t = np.arange(1, T + 1) / T
-    w = rng.standard_normal((batch, T)).cumsum(axis=1)
-    b = w - t * w[:, -1:]
+    # in place (the arithmetic of w = cumsum(N), b = w - t w_T, t R^2 + R b, so the same values): the
+    # (batch, T) arrays are large (fig2 draws 40M of them) and each new one costs its page faults
+    w = rng.standard_normal((batch, T))
+    np.cumsum(w, axis=1, out=w)
+    out = np.multiply(t, w[:, -1:])
+    b = np.subtract(w, out, out=w)
     R2 = T * rng.chisquare(m, size=(batch, 1))
-    return t * R2 + np.sqrt(R2) * b
+    np.multiply(t, R2, out=out)
+    out += np.multiply(np.sqrt(R2), b, out=b)
+    return out
