@@ -37,7 +37,8 @@ import math
 import numpy as np
 
 from verify.models.scan_snap import SequenceClasses, syn_medium  # noqa: F401  (syn_medium: re-exported)
-from verify.models.scan_snap import side_by_side_mix, side_by_side_parameters, side_by_side_rates, side_by_side_step
+from verify.models.scan_snap import (side_by_side_mix, side_by_side_parameters, side_by_side_rates,
+                                     side_by_side_stack, side_by_side_step)
 
 try:
     import torch
@@ -212,7 +213,8 @@ if nn is not None:
         losses = np.zeros((steps, R))
         for s in range(steps):
             context, query, label = batches[s][:3]
-            Y, Z = torch.stack(runs["Y"]), torch.stack(runs["Z"])                      # (R, M, M) each
+            W = side_by_side_stack(runs)
+            Y, Z = W["Y"], W["Z"]                                                        # (R, M, M) each
             xb = side_by_side_mix(Z[:, query], context, M)                              # X^T b per run
             if residual:
                 xb = xb + nn.functional.one_hot(query, M).to(xb.dtype)
