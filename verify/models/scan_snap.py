@@ -534,12 +534,15 @@ def side_by_side_mix(scores, context, M: int):
 def side_by_side_step(opt, logits, label) -> np.ndarray:
     """One optimiser step of runs trained side by side: each run's mean cross-entropy of ``logits``
     (R, B, M) against ``label`` (B,), their sum back-propagated (each run's gradient is its own), then
-    ``opt.step()``. Returns the runs' losses (R,)."""
+    ``opt.step()`` (``opt`` one optimiser, or a list of them, each stepped). Returns the runs' losses (R,)."""
     R, B, M = logits.shape
+    opts = opt if isinstance(opt, (list, tuple)) else [opt]
     per = nn.functional.cross_entropy(logits.reshape(R * B, M), label.repeat(R), reduction="none").view(R, B).mean(1)
-    opt.zero_grad(set_to_none=True)
+    for o in opts:
+        o.zero_grad(set_to_none=True)
     per.sum().backward()
-    opt.step()
+    for o in opts:
+        o.step()
     return per.detach().numpy()
 
 

@@ -55,10 +55,12 @@ def _runs(seed: int, rates: tuple, seeds: int, k: int) -> dict:
     with _threads():
         for s in range(seeds):
             batches = draw_batches(classes, base + s, init="zero")   # the same sequences in every run of a seed
-            for opt in ("adam", "sgd"):
+            # both optimisers' runs of a seed in one side-by-side pass (the same start and sequences)
+            both = train_reparam_side_by_side(classes, [(lr, lr) for lr in rates] * 2,
+                                              optimizer=["adam"] * len(rates) + ["sgd"] * len(rates), init="zero",
+                                              generator=torch.Generator().manual_seed(base + s), batches=batches)
+            for opt, runs in (("adam", both[:len(rates)]), ("sgd", both[len(rates):])):
                 o = out[opt]
-                runs = train_reparam_side_by_side(classes, [(lr, lr) for lr in rates], optimizer=opt, init="zero",
-                                                  generator=torch.Generator().manual_seed(base + s), batches=batches)
                 for i, run in enumerate(runs):
                     o["c"][i, s] = run["c"][-1]
                     o["loss"][i, s] = run["loss"][-5:].mean()
