@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import entropy
 
-from verify.checks.localization.entropy_softmax import _grams, attention_entropy, stated_sign
+from verify.checks.localization.entropy_softmax import _grams, attention_entropy, entropy_keys_first, stated_sign
 from verify.checks.localization.rank_collapse import attention_layer, haar_stack, log_residual, unit_quantiles
 from verify.checks.localization.rho_trends import (
     _indicators,
@@ -31,6 +31,15 @@ def test_attention_entropy_is_the_shannon_entropy_of_the_softmax():
     assert attention_entropy(np.zeros(40)) == pytest.approx(np.log(40), rel=1e-14)
     # a peaked row: no overflow, entropy -> 0
     assert 0 <= attention_entropy(np.array([1e4, 0.0, -1e4])) < 1e-300 + 1e-12
+
+
+def test_entropy_keys_first_is_the_entropy_of_the_transposed_logits():
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((6, 9, 9)) * np.array([0.1, 3.0, 30.0, 1.0, 300.0, 5.0])[:, None, None]
+    keys_first = np.ascontiguousarray(logits.transpose(2, 0, 1))        # [s, walk, t]
+    got = entropy_keys_first(keys_first, np.empty_like(keys_first), np.empty_like(keys_first))
+    assert got.shape == (6, 9)
+    assert np.allclose(got, attention_entropy(logits), rtol=1e-12, atol=1e-12)
 
 
 def test_eigenbasis_logits_equal_the_rotated_walk_logits():

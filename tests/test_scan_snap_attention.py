@@ -234,3 +234,30 @@ def test_transformer_side_by_side_runs_are_the_separate_runs():
         np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-13)
     with pytest.raises(ValueError, match="^batches:"):
         train_transformer_side_by_side(cl, rates, steps=4, batches=batches)
+
+
+def test_stacked_sgd_is_torch_sgd_run_by_run():
+    import torch
+
+    from verify.models.scan_snap import StackedSGD
+
+    gen = torch.Generator().manual_seed(7)
+    start = torch.randn(3, 4, 5, generator=gen, dtype=torch.float64)
+    grads = [torch.randn(3, 4, 5, generator=gen, dtype=torch.float64) for _ in range(6)]
+    lrs = [0.1, 1.0, 7.0]
+    for momentum in (0.0, 0.9):
+        leaves = [start[r].clone().requires_grad_(True) for r in range(3)]
+        ref = torch.optim.SGD([{"params": [p], "lr": lr} for p, lr in zip(leaves, lrs)], momentum=momentum)
+        stacked = start.clone().requires_grad_(True)
+        opt = StackedSGD({"W": stacked}, {"W": lrs}, momentum=momentum)
+        for g in grads:
+            for r, p in enumerate(leaves):
+                p.grad = g[r].clone()
+            ref.step()
+            stacked.grad = g.clone()
+            opt.step()
+        assert torch.equal(stacked.detach(), torch.stack([p.detach() for p in leaves]))   # the same arithmetic
+        opt.zero_grad()
+        assert stacked.grad is None
+    with pytest.raises(ValueError, match="^lrs:"):
+        StackedSGD({"W": stacked}, {"W": [0.1, 1.0]})

@@ -105,7 +105,20 @@ def test_side_by_side_runs_are_the_separate_runs():
             np.testing.assert_array_equal(a["Y"], b["Y"])
             np.testing.assert_array_equal(a["c"][[0, -1]], b["c"])
             np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-13)
+    # one optimiser per run: both optimisers' runs in one pass, each still the separate run
+    batches = draw_batches(classes, 5, steps=6, batch=8, T=16, init="zero")
+    kinds = ["sgd", "adam", "adam", "sgd", "adam", "sgd"]
+    mixed = train_reparam_side_by_side(classes, rates * 2, steps=6, optimizer=kinds, init="zero",
+                                       generator=torch.Generator().manual_seed(5), batches=batches)
+    for (eY, eZ), opt, b in zip(rates * 2, kinds, mixed):
+        a = train_reparam(classes, eta_Y=eY, eta_Z=eZ, steps=6, optimizer=opt, init="zero",
+                          generator=torch.Generator().manual_seed(5), batches=batches)
+        np.testing.assert_array_equal(a["Z"], b["Z"])
+        np.testing.assert_array_equal(a["Y"], b["Y"])
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-13)
     with pytest.raises(ValueError, match="^batches:"):
         train_reparam_side_by_side(classes, rates, steps=4, batches=batches)
     with pytest.raises(ValueError, match="^optimizer:"):
         train_reparam_side_by_side(classes, rates, steps=6, optimizer="rmsprop", batches=batches)
+    with pytest.raises(ValueError, match="^optimizer:"):
+        train_reparam_side_by_side(classes, rates, steps=6, optimizer=["sgd", "adam"], batches=batches)

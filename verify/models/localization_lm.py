@@ -109,6 +109,11 @@ class PostLNTransformerLM(nn.Module if nn is not None else object):
 
         self.embed = normal(vocab_size, d, std=d ** -0.5)
         self.register_buffer("positions", _sinusoidal(T_max, d, dtype))
+        # the causal mask as an additive bias (0 on s <= t, -inf above): s + 0 = s and s - inf = -inf give the
+        # scores that masked_fill gives, and the backward pass of an addition is free (masked_fill's is not)
+        causal = torch.ones(T_max, T_max, dtype=torch.bool).tril()
+        self.register_buffer("causal_bias", torch.zeros(T_max, T_max, dtype=dtype).masked_fill(~causal, float("-inf")),
+                             persistent=False)
         g = 2 ** -0.5
         self.W_Q = nn.ParameterList([xavier(d, d, g) for _ in range(layers)])
         self.W_K = nn.ParameterList([xavier(d, d, g) for _ in range(layers)])
@@ -136,29 +141,30 @@ class PostLNTransformerLM(nn.Module if nn is not None else object):
             raise ValueError(f"ids: expected shape (B, T <= {self.T_max}), got {tuple(ids.shape)}")
         T = ids.shape[1]
         x = self.embed[ids] * math.sqrt(self.d) + self.positions[:T]
-        return x, torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
+        return x, self.causal_bias[:T, :T]
 
-    def _attention(self, l: int, x, mask):
-        """Block ``l``'s causal attention probabilities (B, T, T) and scores (B, T, T) on its input ``x``."""
+    def _attention(self, l: int, x, causal_bias):
+        """Block ``l``'s causal attention probabilities (B, T, T) and scores (B, T, T) on its input ``x``
+        (``causal_bias``: 0 where key s <= query t, -inf above)."""
         q = x @ self.W_Q[l].T + self.b_Q[l]
         k = x @ self.W_K[l].T + self.b_K[l]
         scores = (q @ k.transpose(1, 2)) / self.temperature                        # [b, t, s]
-        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1), scores
+        return torch.softmax(scores + causal_bias, dim=-1), scores
 
     def first_attention(self, ids):
         """The first block's attention probabilities (B, T, T) and last-query scores (B, T), as
         ``forward(ids, return_attention=True)`` gives them, without the rest of the model."""
-        x, mask = self._input(ids)
-        A, scores = self._attention(0, x, mask)
+        x, bias = self._input(ids)
+        A, scores = self._attention(0, x, bias)
         return A, scores[:, -1, :]
 
     def forward(self, ids, return_attention: bool = False):
         """``ids`` (B, T) of token ids -> logits (B, T, vocab); with ``return_attention`` also the
         first block's attention probabilities (B, T, T) and its last-query scores (B, T)."""
-        x, mask = self._input(ids)
+        x, bias = self._input(ids)
         first = None
         for l in range(self.layers):
-            A, scores = self._attention(l, x, mask)
+            A, scores = self._attention(l, x, bias)
             v = x @ self.W_V[l].T + self.b_V[l]
             x = self.ln_attn[l](x + (A @ v) @ self.W_O[l].T + self.b_O[l])
             h = torch.relu(x @ self.W_1[l].T + self.b_1[l]) @ self.W_2[l].T + self.b_2[l]

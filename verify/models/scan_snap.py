@@ -50,7 +50,8 @@ except ImportError:  # pragma: no cover
 __all__ = ["SequenceClasses", "syn_small", "syn_medium", "single_common", "attention_velocity", "shared_query_velocity",
            "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
            "OneLayerTransformer", "train_transformer", "train_transformer_side_by_side", "dt_entropy",
-           "side_by_side_rates", "side_by_side_parameters", "side_by_side_mix", "side_by_side_step"]
+           "side_by_side_rates", "side_by_side_parameters", "side_by_side_stack", "side_by_side_mix",
+           "side_by_side_step", "StackedSGD"]
 
 
 @dataclass(frozen=True)
@@ -464,12 +465,60 @@ def side_by_side_rates(rates, steps: int, batches) -> list[tuple[float, float]]:
 def side_by_side_parameters(start: dict, optimizer, **options):
     """Runs trained side by side with torch's optimiser: ``start`` maps a parameter's name to ``(its
     initial value, the learning rate of each run)``; each run gets its own copy of every parameter (a leaf)
-    in a parameter group of its learning rate, so one ``optimizer`` (e.g. ``torch.optim.SGD``, ``**options``
-    such as ``momentum``) makes every run's own update. Returns ``({name: [leaf per run]}, optimizer)``;
-    a step stacks the leaves (``torch.stack``), so the runs' summed losses give each leaf its own gradient."""
+    in a parameter group of its learning rate, so one ``optimizer`` (e.g. ``torch.optim.Adam``, ``**options``)
+    makes every run's own update. Returns ``({name: [leaf per run]}, optimizer)``; a step stacks the leaves
+    (:func:`side_by_side_stack`), so the runs' summed losses give each leaf its own gradient.
+
+    ``torch.optim.SGD`` (``momentum`` and ``dampening`` its only options) is replaced by :class:`StackedSGD`:
+    one leaf per name with the runs stacked on a leading axis (``{name: (R, ...) leaf}``), and SGD's
+    arithmetic run by run on its slices (the same numbers without torch's per-group machinery, the stacking
+    and its backward pass)."""
+    if optimizer is torch.optim.SGD and set(options) <= {"momentum", "dampening"}:
+        runs = {k: value.detach().clone().unsqueeze(0).repeat(len(lrs), *[1] * value.ndim).requires_grad_(True)
+                for k, (value, lrs) in start.items()}
+        return runs, StackedSGD(runs, {k: lrs for k, (_, lrs) in start.items()}, **options)
     runs = {k: [value.clone().requires_grad_(True) for _ in lrs] for k, (value, lrs) in start.items()}
     groups = [{"params": [p], "lr": lr} for k, (_, lrs) in start.items() for p, lr in zip(runs[k], lrs)]
     return runs, optimizer(groups, **options)
+
+
+def side_by_side_stack(runs: dict) -> dict:
+    """The parameters of :func:`side_by_side_parameters` stacked over the runs: ``{name: (R, ...) tensor}``."""
+    return {k: v if isinstance(v, torch.Tensor) else torch.stack(v) for k, v in runs.items()}
+
+
+class StackedSGD:
+    """``torch.optim.SGD`` (no weight decay, no Nesterov) on parameters stacked over runs, a learning rate per
+    run: ``params`` maps a name to an (R, ...) leaf, ``lrs`` to its R learning rates. Each step repeats
+    torch's single-tensor update: the momentum buffer is the gradient at the first step, then ``buf =
+    momentum buf + (1 - dampening) grad``; the run's slice ``p[r] += -lr_r buf[r]`` (``add_`` with
+    ``alpha = -lr_r``, torch's own call, so the numbers are those of one SGD per run)."""
+
+    def __init__(self, params: dict, lrs: dict, momentum: float = 0.0, dampening: float = 0.0):
+        self.params, self.momentum, self.dampening = params, float(momentum), float(dampening)
+        self.lrs = {k: [float(lr) for lr in lrs[k]] for k in params}
+        for k, p in params.items():
+            if len(self.lrs[k]) != p.shape[0]:
+                raise ValueError(f"lrs: expected {p.shape[0]} learning rates for {k}, got {len(self.lrs[k])}")
+        self.buffers: dict = {}
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.params.values():
+            p.grad = None
+
+    def step(self):
+        with torch.no_grad():
+            for k, p in self.params.items():
+                grad = p.grad
+                if self.momentum != 0:
+                    buf = self.buffers.get(k)
+                    if buf is None:
+                        buf = self.buffers[k] = grad.detach().clone()
+                    else:
+                        buf.mul_(self.momentum).add_(grad, alpha=1 - self.dampening)
+                    grad = buf
+                for r, lr in enumerate(self.lrs[k]):
+                    p[r].add_(grad[r], alpha=-lr)
 
 
 def side_by_side_mix(scores, context, M: int):
@@ -485,12 +534,15 @@ def side_by_side_mix(scores, context, M: int):
 def side_by_side_step(opt, logits, label) -> np.ndarray:
     """One optimiser step of runs trained side by side: each run's mean cross-entropy of ``logits``
     (R, B, M) against ``label`` (B,), their sum back-propagated (each run's gradient is its own), then
-    ``opt.step()``. Returns the runs' losses (R,)."""
+    ``opt.step()`` (``opt`` one optimiser, or a list of them, each stepped). Returns the runs' losses (R,)."""
     R, B, M = logits.shape
+    opts = opt if isinstance(opt, (list, tuple)) else [opt]
     per = nn.functional.cross_entropy(logits.reshape(R * B, M), label.repeat(R), reduction="none").view(R, B).mean(1)
-    opt.zero_grad(set_to_none=True)
+    for o in opts:
+        o.zero_grad(set_to_none=True)
     per.sum().backward()
-    opt.step()
+    for o in opts:
+        o.step()
     return per.detach().numpy()
 
 
@@ -625,7 +677,7 @@ if nn is not None:
         scale = math.sqrt(d)
         for s in range(steps):
             context, query, label = batches[s][:3]
-            W = {k: torch.stack(ps) for k, ps in runs.items()}                           # (R, d, d) each
+            W = side_by_side_stack(runs)                                                 # (R, d, d) each
             uq = U[query] @ W["W_Q"]                                                     # (R, B, d)
             xb = side_by_side_mix(uq @ (U @ W["W_K"]).transpose(1, 2) / scale, context, M)  # (R, B, M)
             u = (xb / xb.norm(dim=2, keepdim=True)) @ U

@@ -37,7 +37,8 @@ import math
 import numpy as np
 
 from verify.models.scan_snap import SequenceClasses, syn_medium  # noqa: F401  (syn_medium: re-exported)
-from verify.models.scan_snap import side_by_side_mix, side_by_side_parameters, side_by_side_rates, side_by_side_step
+from verify.models.scan_snap import (side_by_side_mix, side_by_side_parameters, side_by_side_rates,
+                                     side_by_side_stack, side_by_side_step)
 
 try:
     import torch
@@ -190,38 +191,53 @@ if nn is not None:
         return {"c": np.array(cs), "steps": np.array(rec), "loss": np.array(losses),
                 "Y": model.Y.detach().numpy().copy(), "Z": model.Z.detach().numpy().copy()}
 
-    def train_reparam_side_by_side(classes: SequenceClasses, rates, *, steps: int = 100, optimizer: str = "sgd",
+    def train_reparam_side_by_side(classes: SequenceClasses, rates, *, steps: int = 100, optimizer="sgd",
                                    momentum: float = 0.9, init: str = "random", residual: bool = False,
                                    generator=None, batches=None) -> list[dict]:
         """:func:`train_reparam` for several learning-rate pairs ``rates`` = [(eta_Y, eta_Z), ...] from one
         initialisation (drawn from ``generator``) on the same ``batches`` (:func:`draw_batches`; common random
         numbers), trained side by side: (Y, Z) stacked over the runs, one forward and backward pass per step (the
         runs' losses summed: each run's gradient is its own), the optimiser's update per run. The per-operation
-        overhead of the small matrices is paid once, not once per run. Returns one dict per pair, as
-        :func:`train_reparam` with ``record_every=None`` (``c`` at the start and the end)."""
-        if optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
+        overhead of the small matrices is paid once, not once per run. ``optimizer``: ``"sgd"`` or ``"adam"``
+        for every run, or one of them per run (a list as long as ``rates``: e.g. the same rates under both
+        optimisers in one pass). Returns one dict per pair, as :func:`train_reparam` with ``record_every=None``
+        (``c`` at the start and the end)."""
+        kinds = [optimizer] * len(rates) if isinstance(optimizer, str) else list(optimizer)
+        bad = [k for k in kinds if k not in ("sgd", "adam")]
+        if bad or not isinstance(optimizer, (str, list, tuple)):
+            raise ValueError(f"optimizer: expected 'sgd' or 'adam' (or one per run), got {optimizer!r}")
         rates = side_by_side_rates(rates, steps, batches)
+        if len(kinds) != len(rates):
+            raise ValueError(f"optimizer: expected one optimiser per run ({len(rates)}), got {len(kinds)}")
         model = ReparamTransformer(classes.M, init=init, residual=residual, generator=generator)
         R, M = len(rates), classes.M
-        cls, options = (torch.optim.SGD, {"momentum": momentum}) if optimizer == "sgd" else (torch.optim.Adam, {})
-        runs, opt = side_by_side_parameters(
-            {"Y": (model.Y.detach(), [eY for eY, _ in rates]), "Z": (model.Z.detach(), [eZ for _, eZ in rates])},
-            cls, **options)
+        # one set of stacked parameters and one optimiser per kind; the runs are computed kind by kind
+        groups = []
+        for kind in dict.fromkeys(kinds):
+            idx = [r for r in range(R) if kinds[r] == kind]
+            cls, options = (torch.optim.SGD, {"momentum": momentum}) if kind == "sgd" else (torch.optim.Adam, {})
+            runs, opt = side_by_side_parameters(
+                {"Y": (model.Y.detach(), [rates[r][0] for r in idx]), "Z": (model.Z.detach(), [rates[r][1] for r in idx])},
+                cls, **options)
+            groups.append((idx, runs, opt))
+        order = [r for idx, _, _ in groups for r in idx]
+        opts = [opt for _, _, opt in groups]
         c0 = classes.attention(model.Z.detach().numpy())
         losses = np.zeros((steps, R))
         for s in range(steps):
             context, query, label = batches[s][:3]
-            Y, Z = torch.stack(runs["Y"]), torch.stack(runs["Z"])                      # (R, M, M) each
+            W = [side_by_side_stack(runs) for _, runs, _ in groups]
+            Y, Z = ((W[0][k] if len(W) == 1 else torch.cat([w[k] for w in W])) for k in ("Y", "Z"))  # (R, M, M)
             xb = side_by_side_mix(Z[:, query], context, M)                              # X^T b per run
             if residual:
                 xb = xb + nn.functional.one_hot(query, M).to(xb.dtype)
-            losses[s] = side_by_side_step(opt, torch.bmm(xb / xb.norm(dim=2, keepdim=True), Y), label)
-        out = []
-        for r in range(R):
-            Zr = runs["Z"][r].detach().numpy().copy()
-            out.append({"c": np.array([c0, classes.attention(Zr)]), "steps": np.array([0, steps]),
-                        "loss": losses[:, r].copy(), "Y": runs["Y"][r].detach().numpy().copy(), "Z": Zr})
+            losses[s, order] = side_by_side_step(opts, torch.bmm(xb / xb.norm(dim=2, keepdim=True), Y), label)
+        out = [None] * R
+        for idx, runs, _ in groups:
+            for j, r in enumerate(idx):
+                Zr = runs["Z"][j].detach().numpy().copy()
+                out[r] = {"c": np.array([c0, classes.attention(Zr)]), "steps": np.array([0, steps]),
+                          "loss": losses[:, r].copy(), "Y": runs["Y"][j].detach().numpy().copy(), "Z": Zr}
         return out
 
     def draw_batches(classes: SequenceClasses, seed: int, *, steps: int = 100, batch: int = 128, T: int = 128,

@@ -21,6 +21,7 @@ Contains
 :func:`anisotropic_covariance`  the simulations' Sigma = R^T R / d, R_ab ~ U(-2.5, 2.5)
 :func:`traces`                  (tr(W_QK Sigma), tr(W_QK Sigma W_QK Sigma))
 :func:`query_products`          x_t^T x_T, t = 1..T, for Sigma = I in any dimension, in O(T) per walk
+:func:`cumsum_tokens`           the cumulative sum over the token axis of (B, T, d) increments, in place
 
 References
 ----------
@@ -39,7 +40,7 @@ from .. import validate
 from .in_context_regression import random_orthogonal
 
 __all__ = ["CHUNK", "sample_walks", "iter_walks", "linearised_signal", "symmetric_qk", "spectrum",
-           "anisotropic_covariance", "traces", "query_products"]
+           "anisotropic_covariance", "traces", "query_products", "cumsum_tokens"]
 
 #: Walks per chunk of :func:`iter_walks` (a (4096, 128, 64) float64 chunk is 268 MB; keep d T small).
 CHUNK = 4096
@@ -83,7 +84,22 @@ def sample_walks(rng: np.random.Generator, Sigma, T: int, batch: int) -> np.ndar
     Z = rng.standard_normal((batch, T, S.shape[0]))
     if not np.array_equal(L, np.eye(S.shape[0])):   # Sigma = I (Assumption 1's usual case): the product is Z
         Z = Z @ np.ascontiguousarray(L.T)
-    return np.cumsum(Z, axis=1).transpose(0, 2, 1)
+    return cumsum_tokens(Z).transpose(0, 2, 1)
+
+
+def cumsum_tokens(Z: np.ndarray) -> np.ndarray:
+    """``np.cumsum(Z, axis=1)`` of increments ``Z`` (batch, T, d), float64, computed in place and returned
+    (the same sums in the same order, so the same values): one addition of contiguous (batch, d) slabs per
+    token where the slabs are large (about 4x faster than numpy's strided cumsum, which also allocates a
+    second array of the walks' size)."""
+    if not isinstance(Z, np.ndarray) or Z.ndim != 3 or Z.dtype != np.float64:
+        raise ValueError(f"Z: expected a float64 array of shape (batch, T, d), got {getattr(Z, 'dtype', type(Z))} "
+                         f"of shape {np.shape(Z)}")
+    if Z.shape[0] * Z.shape[2] < 1024 or not Z.flags.c_contiguous:
+        return np.cumsum(Z, axis=1, out=Z)
+    for t in range(1, Z.shape[1]):
+        np.add(Z[:, t], Z[:, t - 1], out=Z[:, t])
+    return Z
 
 
 def iter_walks(rng: np.random.Generator, Sigma, T: int, total: int, chunk: int = CHUNK) -> Iterator[np.ndarray]:
@@ -165,7 +181,13 @@ def query_products(rng: np.random.Generator, T: int, batch: int, m: int) -> np.n
     rng = validate.rng(rng)
     T, batch, m = (validate.integer(n, v) for n, v in (("T", T), ("batch", batch), ("m", m)))
     t = np.arange(1, T + 1) / T
-    w = rng.standard_normal((batch, T)).cumsum(axis=1)
-    b = w - t * w[:, -1:]
+    # in place (the arithmetic of w = cumsum(N), b = w - t w_T, t R^2 + R b, so the same values): the
+    # (batch, T) arrays are large (fig2 draws 40M of them) and each new one costs its page faults
+    w = rng.standard_normal((batch, T))
+    np.cumsum(w, axis=1, out=w)
+    out = np.multiply(t, w[:, -1:])
+    b = np.subtract(w, out, out=w)
     R2 = T * rng.chisquare(m, size=(batch, 1))
-    return t * R2 + np.sqrt(R2) * b
+    np.multiply(t, R2, out=out)
+    out += np.multiply(np.sqrt(R2), b, out=b)
+    return out

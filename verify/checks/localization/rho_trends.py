@@ -32,7 +32,7 @@ from verify import Control, Outcome, check
 from verify.figures import lines, series
 from verify.settings import Setting
 from verify.stats import z_threshold
-from verify.tasks.random_walk import anisotropic_covariance
+from verify.tasks.random_walk import anisotropic_covariance, cumsum_tokens
 
 #: Gaussian-approximation error of rho_i allowed at d = 128 (measured <= 0.022 isotropic, <= 0.037
 #: with the anisotropic Sigma of Fig. 5 at 3000 walks, MC noise included); the Monte Carlo
@@ -79,7 +79,7 @@ def _signal_parts(rng, Sigma: np.ndarray, Ms: np.ndarray, T: int, n: int):
     a, b = [], []
     for M in Ms:
         # tokens as rows (a C-ordered L^T: the stacked product by BLAS, 10x faster at d = 128)
-        X = np.cumsum(rng.standard_normal((n, T, Sigma.shape[0])) @ np.ascontiguousarray(L.T), axis=1)
+        X = cumsum_tokens(rng.standard_normal((n, T, Sigma.shape[0])) @ np.ascontiguousarray(L.T))
         xT = X[:, -1, :]
         a.append(np.einsum("ntd,nd->nt", X, xT))
         b.append(np.einsum("ntd,nd->nt", X, xT @ M))
@@ -94,10 +94,14 @@ def _indicators(omega: np.ndarray) -> np.ndarray:
 
 
 def _rho_gaussian(trW, trW2, lam: float, T: int) -> np.ndarray:
-    """``localization.rho.gaussian`` at i = 1..T for arrays of traces: shape (..., T)."""
+    """``localization.rho.gaussian`` at i = 1..T for arrays of traces: shape (..., T). One registry call at
+    i = T validates the traces, T and lambda; the values at every i come from one call of the record's emitted
+    numpy function (positional: i, T, trW, trW2, temperature, D), broadcast over (..., T): the values of T
+    registry calls, one per i."""
     g = theory.get("localization.rho.gaussian")
-    return np.stack([np.asarray(g(i=i, T=T, trW=trW, trW2=trW2, temperature=lam), float)
-                     for i in range(1, T + 1)], axis=-1)
+    g(i=T, T=T, trW=trW, trW2=trW2, temperature=lam)  # validates
+    trW, trW2 = np.asarray(trW, float)[..., None], np.asarray(trW2, float)[..., None]
+    return np.asarray(g.function("numpy")(np.arange(1, T + 1, dtype=float), T, trW, trW2, lam, None), float)
 
 
 def _fig5_simulation(ctx, aniso: bool):
@@ -213,7 +217,8 @@ def fig5_trend(ctx):
     0-19: 20/20 pass; weakest z 8.7-12.6 (worst discrepancy/tolerance 0.631, seed 10); control 59-63
     (expected about 63). PR at seed 0, isotropic (anisotropic), scale 0.01: 40.0 (40.0), 30.5 (25.6),
     21.5 (19.8), 8.9 (6.6) for means 0, 0.01, 0.1, 0.5; the Gaussian approximation within 0.03
-    (isotropic) and 0.044 (anisotropic) of rho_MC. 1.3 s of one core. Full profile (10 x 3000 walks),
+    (isotropic) and 0.044 (anisotropic) of rho_MC. 0.7 s of one core (1.0 s before the Gaussian approximation
+    was evaluated at every i in one call). Full profile (10 x 3000 walks),
     seeds 0-1: pass, weakest z 35.8 and 34.5, control 195 (expected 196).
     """
     z_all, exp_all, measured, details, figures, n_pairs = [], [], {}, {}, {}, 0
@@ -284,8 +289,8 @@ def fig5_proxy(ctx):
     by W, whose traces are 26.9 and 11.4 against W_QK's 12.8 and 1.29; tr Sigma / d = 2.05-2.11); with
     tr Sigma / d absorbed it still misses by 0.13-0.16 (the spread of Sigma's eigenvalues, tr Sigma^2 / d
     about 2 (tr Sigma / d)^2, doubles tr W^2 again).
-    0.8 s of one core. Full profile (10 x 3000 walks, bound 0.064), seeds 0-1: max |rho_MC - rho(W)| 0.037
-    and 0.033, the proxy 0.79 and 0.78.
+    0.4 s of one core (0.7 s before). Full profile (10 x 3000 walks, bound 0.064), seeds 0-1: max |rho_MC -
+    rho(W)| 0.037 and 0.033, the proxy 0.79 and 0.78.
     """
     cells, means, scales, Sigma = _fig5_simulation(ctx, aniso=True)
     d, T = ctx.setting("d"), ctx.setting("T")
@@ -357,7 +362,7 @@ def larger_d(ctx):
     mean |rho - limit| 0.21, 0.097, 0.041, 0.019. Control, fixed (xi, eta) = (5.08, 0.787) at d = 32,
     128, 512: z between -2.8 and 2.1, rejected at every seed (statistic infinite at 19 seeds, 69 at
     one); there PR rises slightly with d (15.5, 15.7, 16.0 at seed 0) towards the Gaussian value 16.1,
-    the non-Gaussian correction of small d. 1.2 s of one core. Full profile (10000 walks, d up to 2048),
+    the non-Gaussian correction of small d. 0.6 s of one core. Full profile (10000 walks, d up to 2048),
     seeds 0-1: pass, weakest z 35.7 and 34.9; PR 23.7, 15.6, 12.2, 10.9, 10.4 (-> T/r = 10); control z
     -2.6 to -0.2 (PR rising with d at fixed (xi, eta)), rejected.
     """
@@ -386,7 +391,7 @@ def larger_d(ctx):
     chunk = max(1, int(1e8 // (8 * T * dims[-1])))          # walks per batch: about 100 MB
     for start in range(0, n, chunk):
         k = min(chunk, n - start)
-        Y = np.cumsum(rng.standard_normal((k, T, dims[-1])), axis=1)   # tokens as rows, Sigma = I
+        Y = cumsum_tokens(rng.standard_normal((k, T, dims[-1])))   # tokens as rows, Sigma = I
         for name, d, wd in runs:
             Yd = Y[:, :, :d]
             omega = np.einsum("ntk,k,nk->nt", Yd, wd, Yd[:, -1, :]) / np.sqrt(d)
