@@ -44,7 +44,7 @@ def _moves(run, start):
     return {"A": np.diff(z[:, :, A], axis=0), "B": np.diff(z[:, 0, B]), "C": np.diff(z[:, 1, C])}
 
 
-@check("scan_snap.attention.residual_population", method="exact_flow", covers=[], needs=("torch",),
+@check("scan_snap.attention.residual_population", method="exact_flow", covers=[],
        title="§7 residual connection: a token shared across queries rises (local distinct), tokens shared within a "
              "query fall (local common), in the expected batch-1 dynamics with a learned decoder; without the "
              "residual it falls",
@@ -63,7 +63,7 @@ def residual_population(ctx):
     cross-query overlaps small, as §7's approximation drops them.
 
     Measured (quick, seeds 0-19; deterministic): pass, 0 violations (z_{q1, A} +0.001, z_{q1, B} -0.08 after 1000
-    steps); control (no residual): 872 violations (z_{q1, A} -0.008); scope: A weighted 3 falls by 0.03. About 3 s.
+    steps); control (no residual): 872 violations (z_{q1, A} -0.008); scope: A weighted 3 falls by 0.03. About 0.2 s.
     """
     from verify.flows.scan_snap_expected import expected_run
 
