@@ -343,14 +343,15 @@ def sample_tokens_torch(Sigma, n: int, batch: int, *, generator, task: str = "in
     d = chol.shape[0]
     g = standard_normal((batch, n + 1, d), generator, device, chol.dtype)
     u = standard_normal((batch, d), generator, device, chol.dtype)
-    xT = torch.einsum("ij,bnj->bin", chol, g)                      # columns x = C g ~ N(0, Sigma)
-    if task == "inverse":                 # w = C^{-T} u: y = w^T x = u^T C^{-1} C g = u^T g
-        y = (g * u[:, None, :]).sum(-1)                            # (B, n + 1)
-    else:
-        y = (xT * u[:, :, None]).sum(1)
-    y_q = y[:, n].clone()
-    y[:, n] = 0.0
-    return TokenBatch(torch.cat([xT, y[:, None, :]], dim=1), y_q)
+    # Every token (x; y) is a linear image of its g: x = C g and y = w^T x, with w^T C = u^T
+    # (task "inverse": w = C^{-T} u, so y = u^T g) or u^T C ("identity": w = u). So the tokens,
+    # as rows, are one batched product g [C^T, c] with c = u or C^T u: about 2.5 (float64) to
+    # 3.5 (float32) times faster than an einsum for x and a reduction for y.
+    c = u if task == "inverse" else u @ chol
+    W = g @ torch.cat([chol.T.expand(batch, d, d), c[:, :, None]], dim=2)     # (B, n + 1, d + 1)
+    y_q = W[:, n, d].clone()
+    W[:, n, d] = 0.0
+    return TokenBatch(W.transpose(1, 2), y_q)                      # tokens as columns (a view)
 
 
 if torch is not None:
@@ -499,6 +500,10 @@ if torch is not None:
             products only (``_predict_gram``).
             """
             self._check_tokens(Z)
+            if self.parametrisation == "sparse":
+                return _predict_blocks(self.A, None, Z, sign=-1.0)
+            if self.parametrisation == "gdpp" and self.L >= 2:
+                return _predict_blocks(self.A, self.B, Z)
             P, Q = self.matrices()
             return _predict_gram(P, Q, Z)
 
@@ -557,6 +562,43 @@ if torch is not None:
                           self.Q[:, :, d] * p)
                 return {k: float(torch.linalg.norm(b)) for k, b in zip(names, blocks)}
 
+
+    def _predict_blocks(A, B, Z, sign: float = 1.0):
+        """``-[Z_L]_{d+1, n+1}`` of the block parametrisations (see
+        :meth:`LinearTransformer.predict`): eq. 11 with ``Q_l = sign [[A_l, 0], [0, 0]]``, ``P_l =
+        [[B_l, 0], [0, 1]]``; ``B = None`` is ``B_l = 0`` (with ``sign = -1``: the sparse eq. 8).
+        ``A, B`` (L, d, d), ``Z`` (B, d+1, n+1).
+
+        In blocks ``G = [[S, s], [s^T, .]]`` (``G`` carrying ``1/n``), ``z_q = (x, y)`` and ``T_l =
+        [[M_l, 0], [c^T, 1]]`` with ``M_l = I + B_l S A_l``, ``c = A_l^T s`` (``A_l`` with its sign),
+        a layer is ``y <- y + s^T A_l x``, ``x <- M_l x``, ``s <- M_l (S A_l^T s + s)``, ``S <- M_l
+        S M_l^T`` (for ``B_l = 0``: Lemma 1's preconditioned gradient step, ``M_l = I``). Only
+        ``y`` of the last layer and ``x, s`` of the one before reach the prediction, so ``S`` is
+        updated (a product per prompt) only before the last two layers; the rest are
+        matrix-vector products, about half the time of :func:`_predict_gram` for the sparse
+        ``L = 2`` at batch 750 (forward and backward)."""
+        n = Z.shape[2] - 1
+        L, d = A.shape[0], A.shape[1]
+        Zc = Z[:, :, :n]
+        G = (Zc @ Zc.transpose(1, 2)) / n
+        S, s, x = G[:, :d, :d], G[:, d, :d], Z[:, :d, n]           # rows: s^T, x^T
+        y = Z[:, d, n]
+        for l in range(L):
+            Al = A[l] if sign == 1.0 else sign * A[l]
+            t = s @ Al                                              # (A_l^T s)^T
+            y = y + (t * x).sum(-1)                                 # + s^T A_l x
+            if l == L - 1:
+                break
+            s = s + (S @ t[:, :, None])[:, :, 0]                    # S A_l^T s + s
+            if B is not None:
+                K = B[l] @ S @ Al if l < L - 2 else None            # M_l - I (needed for S only)
+                W = torch.stack([x, s], dim=2)                      # (B, d, 2): M_l (x, s)
+                W = W + B[l] @ (S @ (Al @ W))
+                x, s = W[:, :, 0], W[:, :, 1]
+                if K is not None:
+                    SM = S + S @ K.transpose(1, 2)                  # S M^T
+                    S = SM + K @ SM
+        return -y
 
     def _predict_gram(P, Q, Z):
         """``-[Z_L]_{d+1, n+1}`` from the query column and the context Gram matrix (see
