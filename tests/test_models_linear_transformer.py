@@ -296,6 +296,27 @@ def test_gram_recursion_predict_matches_full_forward(par, L):
         assert float((short - m.predict(Z)).detach().abs().max()) > 1e-3
 
 
+@pytest.mark.parametrize("L", [1, 2])
+def test_full_closed_form_gradient_matches_autograd(L):
+    # train_adam steps the full parametrisation with L <= 2 by the closed-form loss gradient:
+    # the same loss and gradients as autograd through the full forward pass (eqs. 2-4)
+    _, pr = _prompts(batch=30)
+    Z = torch.as_tensor(pr.tokens())
+    y = torch.as_tensor(pr.target)
+    m = lt.LinearTransformer(5, L, "full").init_(torch.Generator().manual_seed(L), 0.3)
+    loss = torch.mean((-m(Z)[:, 5, -1] - y) ** 2)
+    loss.backward()
+    with torch.no_grad():
+        value, gP, gQ = lt._full_loss_grad(m.P, m.Q, Z, y)
+    assert float(value) == pytest.approx(float(loss.detach()), rel=1e-12)
+    scale = max(float(m.P.grad.abs().max()), float(m.Q.grad.abs().max()))
+    assert scale > 0
+    np.testing.assert_allclose(gP.numpy(), m.P.grad.numpy(), rtol=0, atol=1e-11 * scale)
+    np.testing.assert_allclose(gQ.numpy(), m.Q.grad.numpy(), rtol=0, atol=1e-11 * scale)
+    for l in range(L):                           # every layer gets a gradient (not all zero)
+        assert float(gP[l].abs().max()) > 1e-3 and float(gQ[l].abs().max()) > 1e-3
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")   # raised inside torch.compile
 def test_train_adam_compiled_matches_eager():

@@ -85,19 +85,34 @@ def response_matrix(X, A, B) -> np.ndarray:
     label block being 0) and in the query (the query column is never a key: ``M = diag(I_n, 0)``).
     So one pass with ``d`` label rows (``w* = e_j``: the label rows are ``X`` itself) and ``d`` query
     columns (``x_q = e_i``) gives every entry: ``R_ij = -[Z_L]_{d + j, n + i}`` (eq. 4's sign).
-    Shape ``(batch, d, d)``."""
+    Shape ``(batch, d, d)``.
+
+    The pass runs on d x d matrices only: a layer maps every column alike, covariate rows ``X <- M_l X``
+    with ``M_l = I + B_l S A_l`` and label rows ``Y <- Y + K A_l X``, where ``S = (1/n) X_c X_c^T`` and
+    ``K = (1/n) Y_c X_c^T`` (``Y_c = X_c`` at the start); so ``S <- M_l S M_l^T``, ``K <- (K + K A_l S)
+    M_l^T``, and the query block (``X_q = I``, ``Y_q = 0`` at the start) follows the same maps (the
+    context columns' recursion of eq. 57; the same values as the token-matrix pass to round-off)."""
     X = np.asarray(X, dtype=float)
     size, d, n = X.shape
-    eye = np.broadcast_to(np.eye(d), (size, d, d))
-    Xa = np.concatenate([X, eye], axis=2)                          # covariate rows, context + d queries
-    Ya = np.concatenate([X, np.zeros((size, d, d))], axis=2)       # label rows for w* = e_1..e_d
-    for Al, Bl in zip(np.asarray(A, dtype=float), np.asarray(B, dtype=float)):
-        XcT = Xa[:, :, :n].transpose(0, 2, 1)
-        AX = Al @ Xa
-        Ya = Ya + ((Ya[:, :, :n] @ XcT) @ AX) / n
+    S = X @ X.transpose(0, 2, 1) / n                               # (1/n) X_c X_c^T
+    K = S                                                          # (1/n) Y_c X_c^T, Y_c = X_c
+    Xq = np.broadcast_to(np.eye(d), (size, d, d))                  # query columns x_q = e_1..e_d
+    Yq = np.zeros((size, d, d))
+    layers = list(zip(np.asarray(A, dtype=float), np.asarray(B, dtype=float)))
+    for l, (Al, Bl) in enumerate(layers):
+        Yq = Yq + K @ (Al @ Xq)
+        if l == len(layers) - 1:
+            break
+        KAS = K @ (Al @ S)
         if Bl.any():                       # B_l = 0 (the sparse layers of eq. 8) leaves the covariate rows
-            Xa = Xa + Bl @ ((Xa[:, :, :n] @ XcT) @ AX) / n
-    return -Ya[:, :, n:].transpose(0, 2, 1)
+            MI = Bl @ (S @ Al)                                     # M_l - I
+            Xq = Xq + MI @ Xq
+            K = (K + KAS) + (K + KAS) @ MI.transpose(0, 2, 1)
+            SM = S + S @ MI.transpose(0, 2, 1)
+            S = SM + MI @ SM
+        else:
+            K = K + KAS
+    return -Yq.transpose(0, 2, 1)
 
 
 def conditional_losses(rng, Sigma, n: int, total: int, models: dict, *, chunk: int = 20_000) -> dict:

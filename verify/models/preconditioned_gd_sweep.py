@@ -78,7 +78,8 @@ def gdpp_predict_stacked(A, B, G, zq):
     ``z_q = (x, y)``; the layer ``T = [[M, 0], [c^T, 1]]`` with ``M = I + B_l S A_l`` and ``c =
     A_l^T s`` gives ``y <- y + s^T A_l x``, ``x <- M x``, ``s <- M (S c + s)``, ``S <- M S M^T``
     (the label-label entry of ``G`` never reaches the prediction). The per-model products are one
-    matrix product per model; only ``M S M^T`` is a product per prompt.
+    matrix product per model; only ``M S M^T`` is a product per prompt, and it is formed only
+    before the last two layers (the last layer reads ``s`` and ``x``).
 
     Parameters
     ----------
@@ -105,8 +106,9 @@ def gdpp_predict_stacked(A, B, G, zq):
         v = _matvec(S, torch.bmm(s, Al)) + s                              # S c + s
         x = x + _matvec(BSA, x)
         s = v + _matvec(BSA, v)
-        SM = S + S @ BSA.transpose(-1, -2)                                # S M^T
-        S = SM + BSA @ SM
+        if l < L - 2:                                 # the last layer reads s and x only, not S
+            SM = S + S @ BSA.transpose(-1, -2)                            # S M^T
+            S = SM + BSA @ SM
     return -y
 
 

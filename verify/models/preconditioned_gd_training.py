@@ -40,16 +40,21 @@ def paired_losses(rng, Sigma, n, total, layers, refs, chunk=20000):
 
     Returns a list of :class:`verify.stats.MeanEstimate` of ``(e, e_ref, e - e_ref)``, one per
     reference.
+
+    The predictions are the linear transformer's (eqs. 2-4) by the Gram recursion
+    (:func:`verify.models.linear_transformer_monte_carlo.predict_gram`, the same function as
+    :func:`verify.models.linear_transformer.predict` to round-off), from one context Gram matrix
+    per prompt shared by every model.
     """
-    from verify.models.linear_transformer import predict
+    from verify.models.linear_transformer_monte_carlo import context_gram, predict_gram
     from verify.tasks.preconditioned_gd import iter_prompts
 
     accs = [batch_mean() for _ in refs]
     for pr in iter_prompts(rng, Sigma, n, total, task="inverse", chunk=chunk):
-        Z0 = pr.tokens()
-        e = (predict(Z0, *layers) - pr.target) ** 2
+        gram = context_gram(pr.tokens())
+        e = (predict_gram(gram, *layers) - pr.target) ** 2
         for acc, layers_ref in zip(accs, refs):
-            e_ref = (predict(Z0, *layers_ref) - pr.target) ** 2
+            e_ref = (predict_gram(gram, *layers_ref) - pr.target) ** 2
             acc.add(np.stack([e, e_ref, e - e_ref], axis=1))
     return [acc.result() for acc in accs]
 

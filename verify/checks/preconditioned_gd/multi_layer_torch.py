@@ -251,11 +251,11 @@ FULL_ML_QUICK_NOTE = (
     "a run on the dead-layer plateau at step 1500 (mean batch loss > 0.5) or "
     "stopped by the guard is restarted (at most {runs} runs; "
     "this one: {this}). Seeds 0-19 (all converged; seeds 14, 17 after one "
-    "restart, 18 after two): Dist <= 0.066 (tolerance 0.2) and (a, b) within "
-    "3.9 % (tolerance 15 %), worst normalised part 0.329; the "
+    "restart, 18 after two): Dist <= 0.076 (tolerance 0.2) and (a, b) within "
+    "4.0 % (tolerance 15 %), worst normalised part 0.397; the "
     "controls' values at Theorem 4's set / the GD++ optimum are 3.9 (plain GD, "
     "0.784), 4.0 (second minimum, 0.59) and 6.7 (sparse optimum, 1.0) times "
-    "their tolerances (seeds 0-19: at least 3.82, 3.75, 6.47 times).")
+    "their tolerances (seeds 0-19: at least 3.80, 3.69, 6.40 times).")
 FULL_ML_FULL_NOTE = "Full: from N(0, 0.01^2) on every entry, float32, compiled loss."
 
 
@@ -286,11 +286,16 @@ def full_multilayer(ctx):
     batch 500, Adam (0.9, 0.999), lr 0.02 halved every 2000, per-matrix clipping 0.01, and a
     run still on the dead-layer plateau at step 1500 restarted (:data:`FULL_ML_QUICK`,
     :data:`FULL_ML_ATTEMPTS`); seeds 0-19: all pass (seeds 14 and 17 needed one restart, 18
-    two), worst normalised part 0.329, Dist <= 0.066, ``Dist(B_0, I)`` <= 0.023, ``(a_0, a_1, b_0)``
-    within 3.9 % of the GD++ optimum (``a_0`` sits above it in every run: the full
-    parametrisation's optimum moves off GD++'s through the label-label entries), the paired
-    held-out z against the sparse optimum at least 5.3 times z_crit, held-out loss 24-206 %
-    above the GD++ optimum's (not tested in the quick profile). The former 6000 steps (1.4-1.7
+    two), worst normalised part 0.397 (seed 11, the held-out z), Dist <= 0.076, ``Dist(B_0, I)``
+    <= 0.019, ``(a_0, a_1, b_0)`` within 4.0 % of the GD++ optimum (``a_0`` sits above it in
+    every run: the full parametrisation's optimum moves off GD++'s through the label-label
+    entries), the paired held-out z against the sparse optimum at least 2.5 times z_crit,
+    held-out loss 22-168 % above the GD++ optimum's (not tested in the quick profile). (These
+    are the runs with the closed-form gradient and the batched token draws of
+    :func:`~verify.models.linear_transformer.train_adam`, which change the prompts and steps at
+    round-off only, but the run amplifies round-off into a different trajectory after a few
+    hundred steps; the former runs, same seeds and sizes, gave worst 0.329, Dist <= 0.066,
+    3.9 %, z at least 5.3 z_crit, the same restarts.) The former 6000 steps (1.4-1.7
     times the CPU time; the first 4000 steps are the same run) reached Dist <= 0.044, 5.0 % and
     a loss 9-50 % above the GD++ optimum's; 3000 steps passed too, but one seed's held-out z fell
     to 1.6 z_crit (a heavy-tailed s.e.). Full: ``L = 2`` and ``3``, 20000 steps of batch 4000
