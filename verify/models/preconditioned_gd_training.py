@@ -44,14 +44,15 @@ def paired_losses(rng, Sigma, n, total, layers, refs, chunk=20000):
     The predictions are the linear transformer's (eqs. 2-4) by the Gram recursion
     (:func:`verify.models.linear_transformer_monte_carlo.predict_gram`, the same function as
     :func:`verify.models.linear_transformer.predict` to round-off), from one context Gram matrix
-    per prompt shared by every model.
+    per prompt shared by every model, formed from the covariates' Gram matrix and ``w*``
+    (:meth:`verify.tasks.preconditioned_gd.Prompts.gram`) without the token matrices.
     """
-    from verify.models.linear_transformer_monte_carlo import context_gram, predict_gram
+    from verify.models.linear_transformer_monte_carlo import predict_gram
     from verify.tasks.preconditioned_gd import iter_prompts
 
     accs = [batch_mean() for _ in refs]
     for pr in iter_prompts(rng, Sigma, n, total, task="inverse", chunk=chunk):
-        gram = context_gram(pr.tokens())
+        gram = pr.gram()
         e = (predict_gram(gram, *layers) - pr.target) ** 2
         for acc, layers_ref in zip(accs, refs):
             e_ref = (predict_gram(gram, *layers_ref) - pr.target) ** 2
