@@ -217,7 +217,8 @@ if nn is not None:
             idx = [r for r in range(R) if kinds[r] == kind]
             cls, options = (torch.optim.SGD, {"momentum": momentum}) if kind == "sgd" else (torch.optim.Adam, {})
             runs, opt = side_by_side_parameters(
-                {"Y": (model.Y.detach(), [rates[r][0] for r in idx]), "Z": (model.Z.detach(), [rates[r][1] for r in idx])},
+                {"Y": (model.Y.detach(), [rates[r][0] for r in idx]),
+                 "Z": (model.Z.detach(), [rates[r][1] for r in idx])},
                 cls, **options)
             groups.append((idx, runs, opt))
         order = [r for idx, _, _ in groups for r in idx]
