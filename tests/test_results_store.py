@@ -202,6 +202,43 @@ def test_serial_local_cluster_and_remote_scheduler_agree(tmp_path):
     assert remote == serial
 
 
+def _worker_state():
+    import torch
+
+    return ("verify.worker_imports" in sys.modules, os.environ.get("OPENBLAS_NUM_THREADS"), torch.get_num_threads(),
+            os.getppid())
+
+
+def test_local_workers_start_from_one_fork_server_with_their_thread_environment(monkeypatch):
+    """A local cluster's workers are forked from one server that has imported the checks and their
+    libraries, with the workers' thread environment; the client's own environment is left as it was;
+    a cluster with another thread environment starts fresh interpreters instead."""
+    import multiprocessing
+
+    from dask.distributed import Client
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork server on this platform")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "7")
+    # the fork server of this process, if an earlier test started one, serves its own environment only
+    env = ex._FORKSERVER_ENV or {v: "1" for v in ex.THREAD_VARS}
+    threads = env["OPENBLAS_NUM_THREADS"]
+    config = ex._forkserver_config(env)
+    assert config["distributed.worker.multiprocessing-method"] == "forkserver"
+    assert ex._forkserver_config({v: threads + "0" for v in ex.THREAD_VARS}) == {}   # another one: not served
+    import dask
+    from dask.distributed import LocalCluster
+
+    with dask.config.set(config), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                               dashboard_address=":0", env=env) as cluster, Client(cluster) as client:
+        states = list(client.run(_worker_state).values())
+    assert len(states) == 2 and {s[:3] for s in states} == {(True, threads, int(threads))}
+    assert states[0][3] == states[1][3] != os.getpid()      # one parent, the fork server
+    # execute() puts the client's environment back after starting its cluster
+    assert _summary(execute([Task(FAST[0], 0)], workers=2)) == _summary(execute([Task(FAST[0], 0)]))
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "7"
+
+
 def test_execute_refuses_bad_arguments():
     with pytest.raises(ValueError, match="^--workers: cannot be combined with --scheduler"):
         execute([], workers=2, scheduler="tcp://127.0.0.1:1")

@@ -1,0 +1,33 @@
+"""What a worker of a local Dask cluster imports before its first task.
+
+:func:`verify.execute.execute` with ``workers=N`` starts its worker processes from one
+``multiprocessing`` fork server that has imported this module: the libraries the checks use (numpy,
+scipy, sympy, mpmath, torch, matplotlib) and every registered check are then imported once, in the
+fork server, rather than once per worker inside its first tasks. Each library is optional (an extra
+that is not installed is skipped), and nothing here starts a thread: torch and BLAS read their thread
+counts from the environment the fork server was started with (the worker's).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: Modules imported when present, in this order.
+MODULES = ("numpy", "scipy.integrate", "scipy.optimize", "scipy.special", "scipy.stats", "sympy", "mpmath",
+           "torch", "matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.backends.backend_svg",
+           "pandas")
+
+
+def _import_all() -> None:
+    for name in MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    from .registry import all_checks
+    from . import execute, report  # noqa: F401  (a task's code and its figures)
+
+    all_checks()  # every check module, plug-ins included
+
+
+_import_all()
