@@ -402,19 +402,25 @@ def test_mse_gradients_are_autograds(softmax, dtype):
         value, views, grads = m.mse_gradients(X, y_q)
         assert value.item() == pytest.approx(loss.item(), rel=1e-12 if dtype == torch.float64 else 1e-6)
         # every update lands where autograd's gradient is: apply both to zeroed copies
-        with torch.no_grad():
-            saved = [p.detach().clone() for p in params]
-            for p in params:
-                p.zero_()
-            torch._foreach_add_(views, grads)
-            closed = [p.detach().clone() for p in params]
-            for p, s in zip(params, saved):
-                p.copy_(s)
-        tol = 1e-12 if dtype == torch.float64 else 1e-5
-        for a, c in zip(auto, closed):
-            scale = float(a.abs().max())
-            assert scale > 0
-            np.testing.assert_allclose(c.numpy(), a.numpy(), rtol=0, atol=tol * scale)
+        _assert_update_is_autograds(params, views, grads, auto, dtype)
+
+
+def _assert_update_is_autograds(params, views, grads, auto, dtype):
+    """Adding ``grads`` to ``views`` (a closed-form gradient's update) on zeroed copies of ``params``
+    gives autograd's gradients ``auto`` (relative to their largest entry); ``params`` are left as they were."""
+    with torch.no_grad():
+        saved = [p.detach().clone() for p in params]
+        for p in params:
+            p.zero_()
+        torch._foreach_add_(views, grads)
+        closed = [p.detach().clone() for p in params]
+        for p, s in zip(params, saved):
+            p.copy_(s)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    for a, c in zip(auto, closed):
+        scale = float(a.abs().max())
+        assert scale > 0
+        np.testing.assert_allclose(c.numpy(), a.numpy(), rtol=0, atol=tol * scale)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -437,19 +443,7 @@ def test_next_token_gradients_are_autograds(dtype):
         auto = torch.autograd.grad(loss, params)
         value, views, grads = m.next_token_gradients(X)
         assert value.item() == pytest.approx(loss.item(), rel=1e-12 if dtype == torch.float64 else 1e-6)
-        with torch.no_grad():
-            saved = [p.detach().clone() for p in params]
-            for p in params:
-                p.zero_()
-            torch._foreach_add_(views, grads)
-            closed = [p.detach().clone() for p in params]
-            for p, s in zip(params, saved):
-                p.copy_(s)
-        tol = 1e-12 if dtype == torch.float64 else 1e-5
-        for a, c in zip(auto, closed):
-            scale = float(a.abs().max())
-            assert scale > 0
-            np.testing.assert_allclose(c.numpy(), a.numpy(), rtol=0, atol=tol * scale)
+        _assert_update_is_autograds(params, views, grads, auto, dtype)
     for m in _layers(dtype, True)[::2]:
         with pytest.raises(ValueError, match="^softmax"):
             m.next_token_gradients(X[:, :m.D + 1, :m.N + 1])
