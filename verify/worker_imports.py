@@ -4,8 +4,9 @@
 ``multiprocessing`` fork server that has imported this module: the libraries the checks use (numpy,
 scipy, sympy, mpmath, torch, matplotlib) and every registered check are then imported once, in the
 fork server, rather than once per worker inside its first tasks. Each library is optional (an extra
-that is not installed is skipped), and nothing here starts a thread: torch and BLAS read their thread
-counts from the environment the fork server was started with (the worker's).
+that is not installed, or fails to import, is skipped, so that the fork server always starts), and
+nothing here starts a thread: torch and BLAS read their thread counts from the environment the fork
+server was started with (the worker's).
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ def _import_all() -> None:
     for name in MODULES:
         try:
             importlib.import_module(name)
-        except ImportError:
+        except Exception:  # noqa: BLE001  not installed, or broken: a task that needs it says so
             pass
-    from .registry import all_checks
     from . import execute, report  # noqa: F401  (a task's code and its figures)
+    from .registry import all_checks
 
-    all_checks()  # every check module, plug-ins included
+    try:
+        all_checks()  # every check module, plug-ins included
+    except Exception:  # noqa: BLE001  a plug-in that fails to load fails in its task, not in the fork server
+        pass
 
 
 _import_all()
