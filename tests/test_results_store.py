@@ -203,16 +203,20 @@ def test_serial_local_cluster_and_remote_scheduler_agree(tmp_path):
 
 
 def _worker_state():
+    import dask
     import torch
 
     return ("verify.worker_imports" in sys.modules, os.environ.get("OPENBLAS_NUM_THREADS"), torch.get_num_threads(),
-            os.getppid())
+            os.getppid(), dask.config.get("distributed.worker.profile.enabled"),
+            dask.config.get("distributed.admin.tick.interval"))
 
 
 def test_local_workers_start_from_one_fork_server_with_their_thread_environment(monkeypatch):
     """A local cluster's workers are forked from one server that has imported the checks and their
-    libraries, with the workers' thread environment; the client's own environment is left as it was;
-    a cluster with another thread environment starts fresh interpreters instead."""
+    libraries, with the workers' thread environment, started ahead of the cluster as the command line
+    does; the workers run without Dask's profiler and with slower health checks; the client's own
+    environment is left as it was; a cluster with another thread environment starts fresh interpreters
+    instead."""
     import multiprocessing
 
     from dask.distributed import Client
@@ -221,21 +225,24 @@ def test_local_workers_start_from_one_fork_server_with_their_thread_environment(
         pytest.skip("no fork server on this platform")
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "7")
     # the fork server of this process, if an earlier test started one, serves its own environment only
-    env = ex._FORKSERVER_ENV or {v: "1" for v in ex.THREAD_VARS}
-    threads = env["OPENBLAS_NUM_THREADS"]
-    config = ex._forkserver_config(env)
-    assert config["distributed.worker.multiprocessing-method"] == "forkserver"
-    assert ex._forkserver_config({v: threads + "0" for v in ex.THREAD_VARS}) == {}   # another one: not served
-    import dask
-    from dask.distributed import LocalCluster
-
-    with dask.config.set(config), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                               dashboard_address=":0", env=env) as cluster, Client(cluster) as client:
+    threads = int((ex._FORKSERVER_ENV or {}).get("OPENBLAS_NUM_THREADS", 1))
+    ex.start_fork_server(2, threads)
+    assert ex._FORKSERVER_ENV == {v: str(threads) for v in ex.THREAD_VARS}
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "7"
+    assert ex._forkserver_config({v: f"{threads}0" for v in ex.THREAD_VARS}) == {}   # another one: not served
+    cluster, per_worker = ex._local_cluster(2, threads)
+    assert per_worker == threads and os.environ["OPENBLAS_NUM_THREADS"] == "7"
+    with cluster, Client(cluster) as client:
         states = list(client.run(_worker_state).values())
-    assert len(states) == 2 and {s[:3] for s in states} == {(True, threads, int(threads))}
+    assert len(states) == 2 and {s[:3] for s in states} == {(True, str(threads), threads)}
     assert states[0][3] == states[1][3] != os.getpid()      # one parent, the fork server
+    assert {s[4:] for s in states} == {(False, "1s")}
     # execute() puts the client's environment back after starting its cluster
     assert _summary(execute([Task(FAST[0], 0)], workers=2)) == _summary(execute([Task(FAST[0], 0)]))
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "7"
+    from verify.cli import main
+
+    assert main([FAST[0], "--workers", "2", "--report", "", "--quiet"]) == 0   # the command line's early start
     assert os.environ["OPENBLAS_NUM_THREADS"] == "7"
 
 

@@ -830,6 +830,10 @@ def _main(argv: list[str] | None) -> int:
     """:func:`main` without the Ctrl-C guard: parse, select, check the device, run."""
     try:
         args = _parse(argv)
+        if args.workers and args.scheduler is None and args.command not in (None, "list", "settings"):
+            from .execute import start_fork_server
+
+            start_fork_server(args.workers)  # its imports run while this process loads the checks
         registered = registered_checks()
         if args.json and args.command != "list":
             raise _UsageError("--json: only with list")

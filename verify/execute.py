@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -318,38 +319,85 @@ def _forkserver_config(env: dict) -> dict:
     return config
 
 
+def _local_cluster(workers: int, threads: int | None):
+    """``(cluster, threads)``: a ``LocalCluster`` of ``workers`` single-threaded worker processes, each with
+    ``threads`` torch/BLAS threads (default: the cores shared out), forked from one fork server
+    (:func:`_forkserver_config`), with the settings below; the client's environment is left as it was."""
+    import dask
+    from dask.distributed import LocalCluster
+
+    env = _worker_env(workers, threads)
+    # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in its workers, which turns off glibc's dynamic mmap
+    # threshold: every allocation over 128 KiB is then mapped and unmapped afresh, and a torch training
+    # step (a few MB of temporaries) ran 2-3x slower (torch_theorem3_sparse: 10.8 s -> 32 s). The
+    # worker's statistical profiler (a stack sample every 10 ms) is turned off as well, and the periodic
+    # health checks run less often: the event-loop tick (20 ms), the system monitor (0.5 s) and the memory
+    # monitor (0.1 s; the nannies run theirs in this process). Idle, they took about 2 % of a core in each
+    # worker and 3 % in the client (0.2 and 0.3 CPU-s per 10 s; 0.02 and 0.06 with these settings).
+    config = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+              "distributed.worker.profile.enabled": False,
+              "distributed.admin.tick.interval": "1s",
+              "distributed.admin.system-monitor.interval": "5s",
+              "distributed.worker.memory.monitor-interval": "1s"}
+    with _environ_restored(env), dask.config.set({**config, **_forkserver_config(env)}):
+        # (the nanny sets the pre-spawn environment in this process: the client's own is put back)
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=":0", env=env)
+    return cluster, int(env[THREAD_VARS[0]])
+
+
+def _worker_env(workers: int, threads: int | None) -> dict:
+    """The thread environment of each of ``workers`` local workers: ``threads`` torch/BLAS threads, by
+    default the cores shared out."""
+    per_worker = threads or max(1, (os.cpu_count() or 1) // workers)
+    return {v: str(per_worker) for v in THREAD_VARS}
+
+
+@contextmanager
+def _environ_restored(names):
+    """Put back this process's environment variables ``names`` as they were, whatever the block sets."""
+    saved = {v: os.environ.get(v) for v in names}
+    try:
+        yield
+    finally:
+        for v, value in saved.items():
+            if value is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = value
+
+
+def start_fork_server(workers: int, threads: int | None = None) -> None:
+    """Start now the fork server from which a local cluster of ``workers`` workers (``threads`` each) will be
+    forked (:func:`_forkserver_config`), so that its imports (several seconds) run beside this process's
+    own work before the cluster starts (the command line calls it as soon as it has read ``--workers``).
+    Nothing where the platform has no fork server, or one with another thread environment has started, or
+    without dask.distributed (running the checks then says what is missing)."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return
+    env = _worker_env(workers, threads)
+    if not _forkserver_config(env):
+        return
+    from multiprocessing import forkserver
+
+    with _environ_restored(env):
+        os.environ.update(env)  # the server and the workers it forks read their thread counts from it
+        forkserver.ensure_running()
+
+
 def _on_dask(indexed: list[tuple[int, Task]], finished, *, workers, scheduler, retries, threads,
              estimates: dict | None = None, draw: Callable[[Task], bool] = lambda task: False) -> None:
     try:
-        from dask.distributed import Client, LocalCluster, as_completed
+        from dask.distributed import Client, as_completed
     except ImportError:
         raise ValueError("--workers/--scheduler need dask.distributed: "
                          "pip install 'attention-dynamics-theory[cluster]'") from None
     estimates = estimates or {}
     cluster = None
     if scheduler is None:
-        per_worker = threads or max(1, (os.cpu_count() or 1) // workers)
-        env = {v: str(per_worker) for v in THREAD_VARS}
-        import dask
-
-        # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in its workers, which turns off glibc's dynamic mmap
-        # threshold: every allocation over 128 KiB is then mapped and unmapped afresh, and a torch training
-        # step (a few MB of temporaries) ran 2-3x slower (torch_theorem3_sparse: 10.8 s -> 32 s). The
-        # worker's statistical profiler (a stack sample every 10 ms) is turned off as well.
-        config = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                  "distributed.worker.profile.enabled": False}
-        saved = {v: os.environ.get(v) for v in env}
-        try:
-            with dask.config.set({**config, **_forkserver_config(env)}):
-                cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0", env=env)
-        finally:  # the nanny sets the pre-spawn environment in this process: put back the client's own
-            for v, value in saved.items():
-                if value is None:
-                    os.environ.pop(v, None)
-                else:
-                    os.environ[v] = value
-        threads = per_worker
+        cluster, threads = _local_cluster(workers, threads)
         client = Client(cluster)
     else:
         import dask
