@@ -330,4 +330,5 @@ def test_every_figure_kind_draws_a_legend_entry_per_visible_curve(tmp_path):
     assert titled == ["measured", "predicted"]
     files = report.draw_figure(heat)
     assert set(files) == set(report.FIGURE_FORMATS) and all(files.values())
+    assert report.draw_figure(heat) == files        # the same figure, the same files (no date, fixed ids)
     assert set(report.draw_figure(spec)) == set(report.FIGURE_FORMATS)

@@ -999,15 +999,17 @@ def draw_figure(spec: dict) -> dict[str, bytes]:
         warnings.simplefilter("ignore")  # e.g. log axes with non-positive data
         fig = _lines(spec, Figure) if kind == "lines" else _heatmaps(spec, Figure)
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=130)
+        # zlib level 1: the same pixels as the default level 6 in files about 8 % larger, a few % less drawing time
+        fig.savefig(buf, format="png", dpi=130, pil_kwargs={"compress_level": 1})
         files[".png"] = buf.getvalue()
         # the constrained layout found for the PNG holds for every format (it is in inches): keep it
-        # rather than solving it again; SVG text stays text (searchable, editable, a third of the time)
+        # rather than solving it again; SVG text stays text (searchable, editable, a third of the time);
+        # no date and fixed element ids, so that the same figure gives the same file
         fig.set_layout_engine("none")
-        with rc_context({"svg.fonttype": "none"}):
+        with rc_context({"svg.fonttype": "none", "svg.hashsalt": "verify"}):
             for ext in FIGURE_FORMATS[1:]:
                 buf = io.BytesIO()
-                fig.savefig(buf, format=ext[1:], dpi=130)
+                fig.savefig(buf, format=ext[1:], dpi=130, metadata={"Date": None})
                 files[ext] = buf.getvalue()
     return files
 
@@ -1130,7 +1132,7 @@ def _lines(spec: dict, Figure):
             axis.set_minor_formatter(_plain_log_formatter()(labelOnlyBase=False))
     ax.set_xlabel(spec.get("xlabel", ""))
     ax.set_ylabel(spec.get("ylabel", ""))
-    ax.set_title(_title(spec.get("title", "")), fontsize=11)
+    ax.set_title(_title(spec.get("title", "")), fontsize=11, y=1.0)
     ax.grid(True, which="major", alpha=0.3)
     if labelled:
         if many:
@@ -1245,7 +1247,7 @@ def _heatmaps(spec: dict, Figure):
         # square cells for matrices; long thin maps (e.g. a quantity over training) fill the panel
         aspect = "auto" if max(m.shape) > 3 * min(m.shape) else "equal"
         im = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest", aspect=aspect)
-        ax.set_title(_title(panels[k].get("label", "")), fontsize=10)
+        ax.set_title(_title(panels[k].get("label", "")), fontsize=10, y=1.0)
         if m.shape[0] <= 10 and m.shape[1] <= 10:
             ax.set_xticks(range(m.shape[1]))
             ax.set_yticks(range(m.shape[0]))
