@@ -564,6 +564,16 @@ if torch is not None:
                 return {k: float(torch.linalg.norm(b)) for k, b in zip(names, blocks)}
 
 
+    def _bmm(X, Y):
+        """``X @ Y`` for stacks of small matrices, by numpy's ``matmul`` on the CPU when no
+        gradient is tracked (its own loop for small matrices: at batch 500 and 6 x 6 matrices 30
+        microseconds whatever the number of rows of ``X``, where torch's ``bmm`` takes 20 per
+        row), else torch's. Equal to ``X @ Y`` to round-off. (Not for long inner dimensions:
+        numpy's matmul is the slower for the context Gram matrix, ``n = 20``.)"""
+        if X.device.type == "cpu" and not (X.requires_grad or Y.requires_grad):
+            return torch.from_numpy(np.matmul(X.numpy(), Y.numpy()))
+        return X @ Y
+
     def _predict_blocks(A, B, Z, sign: float = 1.0):
         """``-[Z_L]_{d+1, n+1}`` of the block parametrisations (see
         :meth:`LinearTransformer.predict`): eq. 11 with ``Q_l = sign [[A_l, 0], [0, 0]]``, ``P_l =
@@ -628,7 +638,7 @@ if torch is not None:
             y = y + (t * x).sum(-1)
             if l == L - 1:
                 break
-            s = s + (S @ t[:, :, None])[:, :, 0]
+            s = s + _bmm(S, t[:, :, None])[:, :, 0]
         pred = -y
         delta = 2.0 * (pred - y_q) / pred.shape[0]
         loss = torch.mean((pred - y_q) ** 2)
@@ -636,7 +646,7 @@ if torch is not None:
         u, lam = x, None
         for l in range(L - 1, -1, -1):
             if lam is not None:
-                u = x + (S @ lam[:, :, None])[:, :, 0]              # x + S lambda_{l+1}
+                u = x + _bmm(S, lam[:, :, None])[:, :, 0]           # x + S lambda_{l+1}
             grad[l] = (delta[:, None] * states[l]).T @ u
             if l > 0:
                 step = u @ C[l].T                                   # (C_l u)^T
@@ -667,9 +677,9 @@ if torch is not None:
         A0, A1, B0 = A[0], A[1], B[0]
         t = s @ A0                                                  # (A_0^T s)^T
         y = y + (t * x).sum(-1)                                     # + s^T A_0 x
-        v = s + (S @ t[:, :, None])[:, :, 0]                        # s + S A_0^T s
+        v = s + _bmm(S, t[:, :, None])[:, :, 0]                     # s + S A_0^T s
         R = torch.stack([x, v], dim=1)                              # rows (B, 2, d)
-        SAR = (R @ A0.T) @ S                                        # rows S A_0 x, S A_0 v
+        SAR = _bmm(R @ A0.T, S)                                     # rows S A_0 x, S A_0 v
         R = R + SAR @ B0.T                                          # rows x_1 = M x, s_1 = M v
         x1, s1 = R[:, 0], R[:, 1]
         q = s1 @ A1                                                 # (A_1^T s_1)^T
@@ -678,10 +688,10 @@ if torch is not None:
         delta = 2.0 * (pred - y_q) / pred.shape[0]
         loss = torch.mean((pred - y_q) ** 2)
         p = x1 @ A1.T                                               # (A_1 x_1)^T
-        SBU = (torch.stack([q, p], dim=1) @ B0) @ S                 # rows S B_0^T q, S B_0^T p
+        SBU = _bmm(torch.stack([q, p], dim=1) @ B0, S)              # rows S B_0^T q, S B_0^T p
         SBq, SBp = SBU[:, 0], SBU[:, 1]
         p_prime = p + SBp @ A0                                      # (M^T p)^T
-        Spp = (S @ p_prime[:, :, None])[:, :, 0]
+        Spp = _bmm(S, p_prime[:, :, None])[:, :, 0]
         grad_A, grad_B = torch.zeros_like(A), torch.zeros_like(B)
         ds = delta[:, None]
         grad_A[1] = -((ds * s1).T @ x1)
@@ -716,7 +726,7 @@ if torch is not None:
         gP, gQ = torch.zeros_like(P), torch.zeros_like(Q)
 
         def rows_G(X):                                              # rows X_b G_b, X (B, k, D)
-            return X @ G
+            return _bmm(X, G)
 
         if L == 1:
             r = P[0, -1]
@@ -729,24 +739,21 @@ if torch is not None:
             gQ[0] = -((delta[:, None] * Gr).T @ zq)
             return loss, gP, gQ
         P0, Q0, P1, Q1 = P[0], Q[0], P[1], Q[1]
-
-        def T(X):                                                   # rows (T x)^T, X (B, k, D)
-            return X + rows_G(X @ Q0.T) @ P0.T
-
-        def T_t(X):                                                 # rows (T^T x)^T
-            return X + rows_G(X @ P0) @ Q0
-
         r = P1[-1]
-        z1 = T(zq[:, None, :])[:, 0]
-        a = T_t(r.expand(Bt, 1, D))[:, 0]
+        # the products with G of a stage in one batched product (their rows stacked)
+        R = rows_G(torch.stack([zq @ Q0.T, (r @ P0).expand(Bt, D)], dim=1))   # G Q_0 z_q, G P_0^T r
+        z1 = zq + R[:, 0] @ P0.T                                    # T z_q
+        a = r + R[:, 1] @ Q0                                        # T^T r
         b0 = z1 @ Q1.T
-        b = T_t(b0[:, None, :])[:, 0]
-        hk = rows_G(torch.stack([b, a], dim=1))                     # (G b, G a)
-        h, k = hk[:, 0], hk[:, 1]
+        R = rows_G(torch.stack([b0 @ P0, a], dim=1))                # G P_0^T b_0, k = G a
+        b = b0 + R[:, 0] @ Q0                                       # T^T b_0
+        k = R[:, 1]
+        h = rows_G(b[:, None, :])[:, 0]                             # G b
         pred = -(z1[:, -1] + (a * h).sum(-1))
         delta = 2.0 * (pred - y_q) / Bt
         loss = torch.mean((pred - y_q) ** 2)
-        Thk = T(hk)                                                 # (T h, T k)
+        hk = torch.stack([h, k], dim=1)
+        Thk = hk + rows_G(hk @ Q0.T) @ P0.T                         # (T h, T k)
         Th, Tk = Thk[:, 0], Thk[:, 1]
         gP[1, -1] = -(delta @ Th)
         gQ[1] = -((delta[:, None] * Tk).T @ z1)
@@ -754,8 +761,9 @@ if torch is not None:
         g1[:, -1] -= 1.0
         alpha = torch.stack([g1, -r.expand(Bt, D), -b0], dim=1) * delta[:, None, None]
         beta = torch.stack([zq, h, k], dim=1)                       # (B, 3, D)
-        gP[0] = alpha.reshape(-1, D).T @ rows_G(beta @ Q0.T).reshape(-1, D)
-        gQ[0] = rows_G(alpha @ P0).reshape(-1, D).T @ beta.reshape(-1, D)
+        R = rows_G(torch.cat([beta @ Q0.T, alpha @ P0], dim=1))     # (G Q_0 beta, G P_0^T alpha)
+        gP[0] = alpha.reshape(-1, D).T @ R[:, :3].reshape(-1, D)
+        gQ[0] = R[:, 3:].reshape(-1, D).T @ beta.reshape(-1, D)
         return loss, gP, gQ
 
     def _predict_gram(P, Q, Z):

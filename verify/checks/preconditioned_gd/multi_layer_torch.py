@@ -220,7 +220,7 @@ def _theorem3_sparse_run(ctx):
 #: 0.003 at step 292 and 0.001 at step 889; clipped lr 0.001 runs stably, but slowly: after
 #: 20000 steps (lr halved every 6000) Dist was still 0.16-0.34 (a filed run that failed); with
 #: 40000 steps (halved every 12000) Dist falls steadily to 0.08 (A_l) and 0.02 (B_l).
-FULL_ML_QUICK = {2: dict(steps=4000, batch=500, lr=0.02, halve_every=2000, betas=(0.9, 0.999),
+FULL_ML_QUICK = {2: dict(steps=3000, batch=500, lr=0.02, halve_every=2000, betas=(0.9, 0.999),
                          clip=0.01, optimizer="adamw", stall=(1500, 0.5))}
 
 
@@ -246,16 +246,16 @@ FULL_ML_TOL = {"quick": ({2: 0.2}, 0.15, None), "full": ({2: 0.05, 3: 0.1}, 0.05
 #: The criterion's account of each profile (quick: the spread over seeds 0-19 the tolerances
 #: come from).
 FULL_ML_QUICK_NOTE = (
-    "Quick: 4000 steps of batch 500 from N(0, 0.01^2) on every entry, Adam "
+    "Quick: 3000 steps of batch 500 from N(0, 0.01^2) on every entry, Adam "
     "(0.9, 0.999), lr 0.02 halved every 2000, per-matrix gradient clipping 0.01; "
     "a run on the dead-layer plateau at step 1500 (mean batch loss > 0.5) or "
     "stopped by the guard is restarted (at most {runs} runs; "
     "this one: {this}). Seeds 0-19 (all converged; seeds 14, 17 after one "
-    "restart, 18 after two): Dist <= 0.076 (tolerance 0.2) and (a, b) within "
-    "4.0 % (tolerance 15 %), worst normalised part 0.397; the "
+    "restart, 18 after two): Dist <= 0.084 (tolerance 0.2) and (a, b) within "
+    "3.9 % (tolerance 15 %), worst normalised part 0.661 (the held-out z); the "
     "controls' values at Theorem 4's set / the GD++ optimum are 3.9 (plain GD, "
     "0.784), 4.0 (second minimum, 0.59) and 6.7 (sparse optimum, 1.0) times "
-    "their tolerances (seeds 0-19: at least 3.80, 3.69, 6.40 times).")
+    "their tolerances (seeds 0-19: at least 3.78, 3.74, 6.45 times).")
 FULL_ML_FULL_NOTE = "Full: from N(0, 0.01^2) on every entry, float32, compiled loss."
 
 
@@ -282,23 +282,22 @@ def full_multilayer(ctx):
     is not symmetric in its layers), and the loss with its value. Every ``L``: the trained
     model must beat the sparse optimum (``optimal_loss``) significantly.
 
-    Both profiles start from ``N(0, 0.01^2)`` on every entry. Quick: ``L = 2``, 4000 steps of
+    Both profiles start from ``N(0, 0.01^2)`` on every entry. Quick: ``L = 2``, 3000 steps of
     batch 500, Adam (0.9, 0.999), lr 0.02 halved every 2000, per-matrix clipping 0.01, and a
     run still on the dead-layer plateau at step 1500 restarted (:data:`FULL_ML_QUICK`,
     :data:`FULL_ML_ATTEMPTS`); seeds 0-19: all pass (seeds 14 and 17 needed one restart, 18
-    two), worst normalised part 0.397 (seed 11, the held-out z), Dist <= 0.076, ``Dist(B_0, I)``
-    <= 0.019, ``(a_0, a_1, b_0)`` within 4.0 % of the GD++ optimum (``a_0`` sits above it in
+    two), worst normalised part 0.661 (seed 3, the held-out z), Dist <= 0.084, ``Dist(B_0, I)``
+    <= 0.027, ``(a_0, a_1, b_0)`` within 3.9 % of the GD++ optimum (``a_0`` sits above it in
     every run: the full parametrisation's optimum moves off GD++'s through the label-label
-    entries), the paired held-out z against the sparse optimum at least 2.5 times z_crit,
-    held-out loss 22-168 % above the GD++ optimum's (not tested in the quick profile). (These
-    are the runs with the closed-form gradient and the batched token draws of
-    :func:`~verify.models.linear_transformer.train_adam`, which change the prompts and steps at
-    round-off only, but the run amplifies round-off into a different trajectory after a few
-    hundred steps; the former runs, same seeds and sizes, gave worst 0.329, Dist <= 0.066,
-    3.9 %, z at least 5.3 z_crit, the same restarts.) The former 6000 steps (1.4-1.7
-    times the CPU time; the first 4000 steps are the same run) reached Dist <= 0.044, 5.0 % and
-    a loss 9-50 % above the GD++ optimum's; 3000 steps passed too, but one seed's held-out z fell
-    to 1.6 z_crit (a heavy-tailed s.e.). Full: ``L = 2`` and ``3``, 20000 steps of batch 4000
+    entries), the paired held-out z against the sparse optimum at least 1.5 times z_crit,
+    held-out loss 28-130 % above the GD++ optimum's (not tested in the quick profile). The
+    former 4000 steps (1.3 times the CPU time; the first 3000 steps are the same schedule, and
+    the restarts are decided at step 1500 either way) gave worst 0.397, Dist <= 0.076, 4.0 %,
+    z at least 2.5 z_crit, loss 22-168 % above (with the stage-merged closed-form gradient of
+    :func:`~verify.models.linear_transformer.train_adam` that these runs use, which changes the
+    steps at round-off only but which the run amplifies into a different trajectory after a few
+    hundred steps, 4000 steps were not rerun); the 6000 steps before that reached Dist <= 0.044,
+    5.0 % and a loss 9-50 % above the GD++ optimum's. Full: ``L = 2`` and ``3``, 20000 steps of batch 4000
     (``L = 3``: 40000 steps with a smaller, clipped learning rate, :data:`FULL_ML_FULL`).
     Seed 0, ``L = 2``: Dist <= 0.021, ``(a_0, a_1, b_0)`` within 2 % of the GD++ optimum,
     paired loss 6 % above it. ``L = 3`` needs the longer run: after 20000 steps Dist was still
