@@ -294,15 +294,15 @@ def full_multilayer(ctx):
     <= 0.027, ``(a_0, a_1, b_0)`` within 3.9 % of the GD++ optimum (``a_0`` sits above it in
     every run: the full parametrisation's optimum moves off GD++'s through the label-label
     entries), the paired held-out z against the sparse optimum at least 1.5 times z_crit,
-    held-out loss 28-130 % above the GD++ optimum's (not tested in the quick profile). The
-    former 4000 steps (1.3 times the CPU time; the first 3000 steps are the same schedule, and
-    the restarts are decided at step 1500 either way) gave worst 0.397, Dist <= 0.076, 4.0 %,
-    z at least 2.5 z_crit, loss 22-168 % above (with the stage-merged closed-form gradient of
-    :func:`~verify.models.linear_transformer.train_adam` that these runs use, which changes the
-    steps at round-off only but which the run amplifies into a different trajectory after a few
-    hundred steps, 4000 steps were not rerun); the 6000 steps before that reached Dist <= 0.044,
-    5.0 % and a loss 9-50 % above the GD++ optimum's. Full: ``L = 2`` and ``3``, 20000 steps of batch 4000
-    (``L = 3``: 40000 steps with a smaller, clipped learning rate, :data:`FULL_ML_FULL`).
+    held-out loss 28-130 % above the GD++ optimum's (not tested in the quick profile). These
+    runs step by the closed-form gradient of :func:`~verify.models.linear_transformer.train_adam`
+    with its batched products merged per stage, which changes the steps at round-off only, but
+    the run amplifies round-off into a different trajectory after a few hundred steps. The
+    former 4000 steps (with the former products; the same schedule, the restarts decided at step
+    1500 either way) gave worst 0.397, Dist <= 0.076, 4.0 %, z at least 2.5 z_crit, a loss
+    22-168 % above; the 6000 steps before that Dist <= 0.044, 5.0 % and a loss 9-50 % above the
+    GD++ optimum's. Full: ``L = 2`` and ``3``, 20000 steps of batch 4000 (``L = 3``: 40000 steps
+    with a smaller, clipped learning rate, :data:`FULL_ML_FULL`).
     Seed 0, ``L = 2``: Dist <= 0.021, ``(a_0, a_1, b_0)`` within 2 % of the GD++ optimum,
     paired loss 6 % above it. ``L = 3`` needs the longer run: after 20000 steps Dist was still
     0.16-0.34 (held-out loss already 1.6e-3, against 0.134 for the sparse optimum).
