@@ -614,7 +614,7 @@ if torch is not None:
     def _sparse_loss_grad(A, Z, y_q):
         """Batch loss ``mean (TF_L - y_q)^2`` of the sparse parametrisation (eq. 8, any ``L``) and
         its gradient with respect to ``A``, in closed form (no autograd); the prediction is
-        :func:`_predict_blocks`'s (the same operations). Returns ``(loss, grad_A)``.
+        :func:`_predict_blocks`'s to round-off. Returns ``(loss, grad_A)``.
 
         Per prompt (rows; ``G = [[S, s], [s^T, .]]`` carrying ``1/n``, ``z_q = (x, y)``, ``C_l =
         -A_l``): Lemma 1's recursion ``s_{l+1} = s_l + S C_l^T s_l``, ``TF = -(y + sum_l s_l^T C_l
@@ -656,7 +656,8 @@ if torch is not None:
     def _gdpp2_loss_grad(A, B, Z, y_q):
         """Batch loss ``mean (TF_L - y_q)^2`` of the GD++ parametrisation (eq. 11) with ``L = 2``
         and its gradients with respect to ``A`` and ``B``, in closed form (no autograd); the
-        prediction is :func:`_predict_blocks`'s to round-off. Returns ``(loss, grad_A, grad_B)``; ``grad_B[1] = 0`` (``B_1`` never reaches the prediction, footnote 4).
+        prediction is :func:`_predict_blocks`'s to round-off. Returns ``(loss, grad_A,
+        grad_B)``; ``grad_B[1] = 0`` (``B_1`` never reaches the prediction, footnote 4).
 
         Per prompt (rows; ``G = [[S, s], [s^T, .]]`` carrying ``1/n``, ``z_q = (x, y)``): ``TF =
         -(y + s^T A_0 x + s_1^T A_1 x_1)`` with ``v = s + S A_0^T s``, ``M = I + B_0 S A_0``,

@@ -58,7 +58,7 @@ from verify.stats import z_threshold
 #: values at least 5.2 (plain GD), 3.3 (steps at n/2) and 15.8 (|z| at n/2) times their
 #: thresholds (values at least 5.0, 3.3, 15.9). The steps are taken by the closed-form gradient of
 #: :func:`~verify.models.linear_transformer.train_adam` (the autograd run's to round-off: seeds 0-2
-#: at batch 750 gave every part within 1e-3 relative). The former quick run (batch 750; 1.2-1.3
+#: at batch 750 gave every part within 1e-3 relative). The former quick run (batch 750, autograd; 1.6
 #: times the CPU time) gave worst 0.422 (seed 9: steps within 4.2 %, Dist 0.062; seed 9 at batch
 #: 500: 0.425), and before it batch 1000 in float64 worst 0.436; fewer steps (1500) left seed 9 at
 #: 0.73.

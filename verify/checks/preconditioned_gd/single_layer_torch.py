@@ -34,7 +34,7 @@ from verify.stats import z_threshold
 #: part 0.424 (weighted preconditioner error 2.1 % against 5 %, seed 10), paired loss excess at
 #: most 2.0 % of f* (against 5 %); controls' expected values at least 6.9 (Theorem 1's
 #: preconditioner), 15.7 (plain GD) and 12.4 (n/2, |z|) times their thresholds (values at least
-#: 6.6, 15.6, 12.3). The former quick run (batch 500; about 1.2 times the CPU time) gave worst
+#: 6.6, 15.6, 12.3). The former quick run (batch 500, torch bmm; 1.4-1.6 times the CPU time) gave worst
 #: 0.357 (the paired loss excess) and errors at most 1.6 %, and before it batch 1000 in float64
 #: worst 0.350 and at most 1.2 %; batch 250 passed 20/20 but its worst part reached 0.759 (seed
 #: 9, the paired loss excess): not taken.
