@@ -317,6 +317,33 @@ def test_full_closed_form_gradient_matches_autograd(L):
         assert float(gP[l].abs().max()) > 1e-3 and float(gQ[l].abs().max()) > 1e-3
 
 
+@pytest.mark.parametrize("parametrisation, L", [("sparse", 1), ("sparse", 2), ("sparse", 3), ("gdpp", 2)])
+def test_block_closed_form_gradient_matches_autograd(parametrisation, L):
+    # train_adam steps the sparse parametrisation and GD++ with L = 2 by closed-form loss
+    # gradients: the same loss and gradients as autograd through the full forward pass (eqs. 2-4)
+    _, pr = _prompts(batch=30)
+    Z = torch.as_tensor(pr.tokens())
+    y = torch.as_tensor(pr.target)
+    m = lt.LinearTransformer(5, L, parametrisation).init_(torch.Generator().manual_seed(L), 0.3)
+    loss = torch.mean((-m(Z)[:, 5, -1] - y) ** 2)
+    loss.backward()
+    with torch.no_grad():
+        if parametrisation == "sparse":
+            value, *grads = lt._sparse_loss_grad(m.A, Z, y)
+        else:
+            value, *grads = lt._gdpp2_loss_grad(m.A, m.B, Z, y)
+    assert float(value) == pytest.approx(float(loss.detach()), rel=1e-12)
+    params = list(m.parameters())
+    scale = max(float(p.grad.abs().max()) for p in params)
+    assert scale > 0
+    for g, p in zip(grads, params):
+        np.testing.assert_allclose(g.numpy(), p.grad.numpy(), rtol=0, atol=1e-11 * scale)
+    for l in range(L):                           # every layer's A gets a gradient (not all zero)
+        assert float(grads[0][l].abs().max()) > 1e-3
+    if parametrisation == "gdpp":                # B_0 too; B_1 never reaches the output
+        assert float(grads[1][0].abs().max()) > 1e-3 and float(grads[1][1].abs().max()) == 0.0
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")   # raised inside torch.compile
 def test_train_adam_compiled_matches_eager():
