@@ -386,7 +386,9 @@ def _plateau_rows(lam, a, E, Lam, N: int, v1, k1, q1, scales):
     for s in scales:
         T = 40.0 / (float(lam[-1]) ** 2 * s)
         t = np.unique(np.concatenate([np.linspace(0.0, T, 20001), np.geomspace(1e-3, T, 4000)]))
-        res = fs.integrate(Lam, N, s * v1, s * k1, s * q1, t_eval=t, method="LSODA", dense=True)
+        # rtol 1e-8 (not the default 1e-10): the drop times to ~1e-7, every reported number unchanged at the
+        # docstring's precision over seeds 0-19, at about half the CPU
+        res = fs.integrate(Lam, N, s * v1, s * k1, s * q1, t_eval=t, method="LSODA", dense=True, rtol=1e-8)
         drops = np.asarray(fs.plateaus(t, res.loss, levels, func=res.loss_at).drop_times)
         if not np.all(np.isfinite(drops)):
             raise ValueError(f"w_init: at {s:g} the flow did not make its {D} drops by t = {T:g}")
