@@ -29,9 +29,10 @@ Cost: the states are the partitions of the totals up to ``K``, each computed onc
 ``K`` others, so ``E tr W^K`` costs ``sum_{j <= K} p(j)`` (``p`` the partition numbers,
 ``exp(pi sqrt(2 j / 3))`` growth: not polynomial, but small where the records need it): at
 integer ``n, d`` (Python integers, :func:`exact_moments`) measured on one core: ``K = 9``
-(``L = 4`` layers) 0.5 ms, ``K = 17`` 0.04 s, ``K = 25`` 0.15 s, ``K = 33`` 0.9 s, ``K = 41``
-3.2 s; as polynomials in ``ZZ[n, d]`` (:func:`trace_moment` with symbols) ``K = 9`` 0.01 s,
-``K = 17`` 0.5 s. The former enumeration of the ``(2K - 1)!!`` Wick matchings
+(``L = 4`` layers) 0.2 ms, ``K = 17`` 2 ms, ``K = 25`` 0.014 s, ``K = 33`` 0.09 s, ``K = 41``
+0.5 s (the terms grouped as in :meth:`_LoopEquations._expand`; one state per term took about 3x
+as long); as polynomials in ``ZZ[n, d]`` (:func:`trace_moment` with symbols) ``K = 9`` 0.05 s,
+``K = 17`` 0.07 s. The former enumeration of the ``(2K - 1)!!`` Wick matchings
 (:func:`matching_counts`, kept as an independent reference) needed 3 s at ``K = 6`` and
 about an hour at ``K = 9``.
 
@@ -78,7 +79,7 @@ __all__ = ["multi_trace_moment", "trace_moment", "normalized_moment", "moments",
 
 #: Moments m_1..m_K of the vector record (the loss of L <= 3 layers needs m_1..m_6).
 RECORD_MOMENTS = 6
-#: Largest k of the record ``trace_moment`` (about 9 s for the first call at a new (n, d)).
+#: Largest k of the record ``trace_moment`` (about 3 s for the first call at a new (n, d)).
 MAX_MOMENT = 48
 
 N_CTX = index("n", "Context length (examples before the query).")
@@ -104,21 +105,30 @@ class _LoopEquations:
             value = self.memo[parts] = self._expand(parts)
         return value
 
-    def _state(self, new: tuple, rest: tuple):
-        """``E[prod tr W^new * prod tr W^rest]``, the factors ``tr W^0 = d`` taken out."""
-        zeros = sum(1 for k in new if k == 0)
-        key = tuple(sorted([k for k in new if k > 0] + list(rest), reverse=True))
-        value = self(key)
-        return value * self.d**zeros if zeros else value
-
     def _expand(self, parts: tuple):
+        # the loop equation above, its terms grouped: the split traces (a, k - 1 - a) and (k - 1 - a, a)
+        # are one state, a = k - 1 is tr W^{k-1} times tr W^0 = d, and equal traces of Pi join alike
         k, rest = parts[0], parts[1:]
-        total = (self.n + (k - 1)) * self._state((k - 1,), rest)
-        for a in range(1, k):
-            total = total + self._state((a, k - 1 - a), rest)
+        if k == 1:
+            total = self.n * self.d * self(rest)
+        else:
+            total = (self.n + (k - 1) + self.d) * self(_merged(rest, (k - 1,)))
+        for a in range(1, (k - 1) // 2 + 1):
+            b = k - 1 - a
+            term = self(_merged(rest, (a, b) if a == b else (b, a)))
+            total = total + (term if a == b else 2 * term)
+        seen = None
         for i, m in enumerate(rest):
-            total = total + 2 * m * self._state((k + m - 1,), rest[:i] + rest[i + 1:])
+            if m == seen:
+                continue
+            seen, count = m, rest.count(m)
+            total = total + (2 * m * count) * self(_merged(rest[:i] + rest[i + 1:], (k + m - 1,)))
         return total
+
+
+def _merged(rest: tuple, new: tuple) -> tuple:
+    """The partition ``rest`` (descending) with the parts ``new`` (descending, positive) added."""
+    return tuple(sorted(rest + new, reverse=True)) if rest else new
 
 
 @cache
