@@ -212,8 +212,10 @@ def torch_fig7(ctx):
     (Theorem 3's optimum 1.1538: 0-7 % above), L = 2 0.150-0.211 (Theorem 3's optimum 0.3612, one-step
     PGD 0.4990, plain GD 1.6407; the L = 2 GD++ optimum 0.0575); the simulated one-step PGD and plain
     GD within 0.78 z_crit of their closed forms; the controls at least 5.52 (expected >= 4.86,
-    tolerance 1) and 257 (expected >= 256, threshold 5.31). Cost at seed 0: 6.8 s wall, 3.4 s CPU, on
-    the shared 2-core machine under a load average of 8. Full profile not run here: a probe of 100 of
+    tolerance 1) and 257 (expected >= 256, threshold 5.31); the same statistics with the gradient by
+    autograd (the closed form, :func:`_train`, changes the runs at round-off). Cost at seed 0: 0.60 s
+    CPU (warm; 0.89 s with autograd, back to back, on the shared 2-core machine under a load average of
+    6-13). Full profile not run here: a probe of 100 of
     its 8000 steps (batch 1000, L = 1..4, torch.compile) took 87 s under that load. **Depths 3-4 are
     not covered by the quick evidence:** with the quick schedule and ``--set L=1,2,3,4`` (seeds 0-4)
     every seed fails at L = 3 or 4: the trained models' per-context losses are carried by rare
@@ -367,13 +369,15 @@ def torch_fig6(ctx):
     PGD at n - 1 at least 189 (expected >= 191), the off-by-one Bayes risk at least 16.9, the
     transformer as OLS at least 37.2 (expected >= 11.9). (n = 6 in place of 10, 3e4 plain
     prompts: 1 seed of 20 failed through one heavy-tailed held-out prompt, before the query and
-    task were integrated out.) Cost at seed 0: 5.7 s wall, 2.9 s CPU, on the shared 2-core machine
-    under a load average of 8. Full profile (L = 3, ten n, 8000 steps) not run here. **The paper's
-    depth L = 3 is not covered by the quick evidence:** the quick schedule with ``--set L=3`` (seeds
-    0-2) fails every seed: the trained three-layer models' held-out losses are carried by rare
-    contexts (n = 20: 0.32 +- 0.24, 26 +- 24, 0.15 +- 0.06 on 1e4 contexts), as at Fig. 7's L = 3;
-    ``torch_fig6_deep`` checks the three-layer models at ``n = 4, 10, 20`` (full: ``4..20``) on typical
-    contexts (quantiles against Theorem 3's PGD on the same contexts).
+    task were integrated out.) The same statistics with the gradient by autograd (the closed form,
+    :func:`_train`, changes the runs at round-off). Cost at seed 0: 0.93 s CPU (warm; 1.29 s with
+    autograd, back to back, on the shared 2-core machine under a load average of 6-13). Full profile
+    (L = 3, ten n, 8000 steps) not run here. **The paper's depth L = 3 is not covered by the quick
+    evidence:** the quick schedule with ``--set L=3`` (seeds 0-2) fails every seed: the trained
+    three-layer models' held-out losses are carried by rare contexts (n = 20: 0.32 +- 0.24, 26 +- 24,
+    0.15 +- 0.06 on 1e4 contexts), as at Fig. 7's L = 3; ``torch_fig6_deep`` checks the three-layer
+    models at ``n = 4, 10, 20`` (full: ``4..20``) on typical contexts (quantiles against Theorem 3's
+    PGD on the same contexts).
 
     Controls: the simulated one-step PGD at the smallest ``n`` against its closed form at ``n - 1``
     (the authors' baselines fit ``n - 1`` examples); the transformer read as least squares at the
@@ -559,22 +563,23 @@ def torch_fig7_deep(ctx):
 
     Quick (``L = 3, 4``, 400 steps of batch 300 as in ``torch_fig7``, 1e4 held-out and 1e4
     importance-sampled contexts per depth), seeds 0-19: 20/20 pass, worst part 0.61 (L = 3, the median
-    against Theorem 3's PGD). Trained medians 0.015-0.047 (L = 3) and 0.0017-0.0053 (L = 4) against
+    against Theorem 3's PGD). Trained medians 0.015-0.047 (L = 3) and 0.0017-0.0056 (L = 4) against
     Theorem 3's PGD's 0.090-0.094 and 0.028-0.030 (part (i) at most 0.61 and 0.21), one-step PGD's
     0.22-0.23 and 0.12-0.13, plain GD's 1.34 and 1.15-1.16 (part (ii) at most 0.30); the median L = 4
-    over L = 3 at most 0.31; Theorem 3's PGD's importance-sampled z in [-1.97, 1.59] (z_crit 5.36).
+    over L = 3 at most 0.26; Theorem 3's PGD's importance-sampled z in [-1.97, 1.59] (z_crit 5.36).
     Reported, not asserted: the trained 90 % quantile's upper bound over Theorem 3's PGD's lower bound
-    0.39-1.10 (L = 3; above 1 at some seeds, the quick run has not converged there) and 0.08-0.40
-    (L = 4); the plain held-out means 0.038 to 27.5 (L = 3) and 0.006 to 3.1e11 (L = 4); the
-    importance-sampled expected losses 0.89 to 33 (L = 3) and 2e22 to 4e31 (L = 4). Controls: sign
-    test z at least 99.88 (expected >= 99.9, threshold 5.36); one-step PGD's median bound ratio at
-    least 4.71 (expected: the closed-form ratio 2.97, tolerance 1). Cost: 4.0-6.2 s wall per seed
-    (median 4.9 s) on the shared 2-core machine under a load average of 3-5.
-    (These runs draw the prompts by one batched product
-    (:func:`~verify.models.linear_transformer.sample_tokens_torch`): the same Gaussians,
-    round-off-level differences, which the L = 4 training amplifies; the former draws, same
-    seeds and sizes, gave the same worst part 0.61, L = 4 medians 0.0016-0.0056 and the sign
-    test z at least 99.92.)
+    0.39-1.10 (L = 3; above 1 at some seeds, the quick run has not converged there) and 0.09-0.33
+    (L = 4); the plain held-out means 0.038 to 27.5 (L = 3) and 0.006 to 6.4e12 (L = 4); the
+    importance-sampled expected losses 0.89 to 33 (L = 3) and 7e23 to 1.4e31 (L = 4). Controls: sign
+    test z at least 99.90 (expected >= 99.9, threshold 5.36); one-step PGD's median bound ratio at
+    least 4.71 (expected: the closed-form ratio 2.97, tolerance 1). Cost at seed 0: 1.67 s CPU (warm;
+    2.50 s with autograd, back to back, on the shared 2-core machine under a load average of 6-13).
+    (The gradient in closed form (:func:`_train`) and, before it, the prompts by one batched product
+    (:func:`~verify.models.linear_transformer.sample_tokens_torch`) change the runs at round-off,
+    which the L = 4 training amplifies: with autograd the same seeds gave L = 4 medians
+    0.0017-0.0053, the median L = 4 over L = 3 at most 0.31 and the sign test z at least 99.88; with
+    the former draws L = 4 medians 0.0016-0.0056 and the sign test z at least 99.92; the worst part
+    0.61 each time.)
     Full profile (2000 steps of batch 1000, lr halved every 500 steps;
     1e5 held-out and 5e4 importance-sampled contexts), seeds 0-2: 3/3 pass, worst part 0.27 (L = 3,
     the 90 % quantile); trained medians 0.0025-0.0058 (L = 3) and 0.0003-0.0004 (L = 4) against
