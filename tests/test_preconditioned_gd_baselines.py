@@ -216,6 +216,71 @@ def test_a_model_of_a_sweep_trains_as_it_would_alone():
     assert not np.allclose(both.A_log[-1, 0], A0[0])
 
 
+@pytest.mark.parametrize("L", [1, 2, 3, 4])
+def test_closed_form_sweep_gradient_is_autograds(L):
+    """gdpp_loss_grad's losses and weighted-loss gradient equal autograd through gdpp_predict_stacked."""
+    import torch
+
+    from verify.models.preconditioned_gd_sweep import gdpp_loss_grad, gdpp_predict_stacked, gram_batch
+
+    rng = np.random.default_rng(L)
+    K, d, n, batch = 3, 4, 7, 30
+    A0, B0 = (0.3 * rng.standard_normal((K, L, d, d)) for _ in range(2))
+    chol = torch.as_tensor(np.linalg.cholesky(np.diag([1.0, 0.5, 0.25, 0.125])))
+    gen = torch.Generator().manual_seed(L)
+    G, zq, y = (torch.stack(t) for t in zip(*[gram_batch(chol, n, batch, gen) for _ in range(K)]))
+    w = np.array([1.0, 0.5, 2.0])
+    A, B = torch.tensor(A0, requires_grad=True), torch.tensor(B0, requires_grad=True)
+    losses = torch.mean((gdpp_predict_stacked(A, B, G, zq) - y) ** 2, dim=1)
+    (losses * torch.as_tensor(w)).sum().backward()
+    got, gA, gB = gdpp_loss_grad(A0, B0, G.numpy(), zq.numpy(), y.numpy(), w)
+    assert np.allclose(got, losses.detach().numpy(), rtol=1e-12, atol=0)
+    assert np.allclose(gA, A.grad.numpy(), rtol=1e-10, atol=1e-12)
+    assert np.allclose(gB, np.zeros_like(B0) if B.grad is None else B.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_numpy_gram_batch_is_the_torch_one():
+    """The closed-gradient path's prompts are gram_batch's (the same Gaussians), to round-off."""
+    import torch
+
+    from verify.models.preconditioned_gd_sweep import _gram_batch_numpy, gram_batch
+
+    chol = np.linalg.cholesky(np.diag([1.0, 0.5, 0.25]))
+    want = gram_batch(torch.as_tensor(chol), 6, 20, torch.Generator().manual_seed(3))
+    got = _gram_batch_numpy(chol, 6, 20, torch.Generator().manual_seed(3))
+    for a, b in zip(want, got):
+        assert np.allclose(a.numpy(), b, rtol=1e-12, atol=1e-13)
+
+
+def test_sweep_batch_per_n_and_closed_gradient():
+    """A batch per n: equal batches run as the integer batch (bit for bit); a model whose n has
+    twice the batch runs as two rows of the stack, and autograd and the closed-form gradient follow
+    the same run (to round-off)."""
+    import torch
+
+    from verify.models.preconditioned_gd_sweep import train_gdpp_sweep
+
+    specs, lam = [(2, 3), (3, 8)], [1.0, 0.5, 0.25]
+    kw = dict(steps=20, lr=0.01, clip=0.01, halve_every=10, log_every=5)
+    one = train_gdpp_sweep(specs, lam, batch=40, generator=torch.Generator().manual_seed(7), **kw)
+    same = train_gdpp_sweep(specs, lam, batch={3: 40, 8: 40}, generator=torch.Generator().manual_seed(7), **kw)
+    assert np.array_equal(one.A_log, same.A_log) and np.array_equal(one.B_log, same.B_log)
+    runs = [train_gdpp_sweep(specs, lam, batch={3: 80, 8: 40}, generator=torch.Generator().manual_seed(7),
+                             closed_gradient=c, **kw) for c in (False, True)]
+    assert runs[0].settings["batch"] == {3: 80, 8: 40}
+    assert np.allclose(runs[0].A_log, runs[1].A_log, rtol=0, atol=1e-10)
+    assert np.allclose(runs[0].B_log, runs[1].B_log, rtol=0, atol=1e-10)
+    assert np.allclose(runs[0].batch_loss[1:], runs[1].batch_loss[1:], rtol=1e-9)
+    assert not np.allclose(runs[0].A_log[-1], one.A_log[-1])
+    with pytest.raises(ValueError, match="^batch"):
+        train_gdpp_sweep(specs, lam, batch={3: 60, 8: 40}, generator=torch.Generator(), **kw)
+    with pytest.raises(ValueError, match="^batch"):
+        train_gdpp_sweep(specs, lam, batch={3: 40}, generator=torch.Generator(), **kw)
+    with pytest.raises(ValueError, match="^closed_gradient"):
+        train_gdpp_sweep(specs, lam, batch=40, generator=torch.Generator(), dtype=torch.float32,
+                         closed_gradient=True, **kw)
+
+
 @pytest.mark.parametrize("specs", [[], [(0, 5)], [(2,)], "ab"])
 def test_sweep_refuses_bad_specs(specs):
     import torch

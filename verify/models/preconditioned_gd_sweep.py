@@ -19,6 +19,7 @@ T_l G_l T_l^T`` and ``z_{q,l+1} = T_l z_{q,l}`` (the recursion of
 Contents
 --------
 gdpp_predict_stacked   predictions of K stacked GD++ models from Gram matrices
+gdpp_loss_grad         their batch losses and the loss gradient by the chain rule (numpy)
 train_gdpp_sweep       AdamW on K stacked GD++ models (depths and context lengths of a sweep)
 SweepRun               the record of a sweep
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -38,7 +39,7 @@ try:  # torch is needed only for training
 except ImportError:  # pragma: no cover
     torch = None
 
-__all__ = ["SweepRun", "gdpp_predict_stacked", "train_gdpp_sweep", "gram_batch"]
+__all__ = ["SweepRun", "gdpp_loss_grad", "gdpp_predict_stacked", "train_gdpp_sweep", "gram_batch"]
 
 
 def gram_batch(chol, n: int, batch: int, generator):
@@ -51,6 +52,28 @@ def gram_batch(chol, n: int, batch: int, generator):
     tok = sample_tokens_torch(None, n, batch, generator=generator, chol=chol)
     Zc = tok.Z[:, :, :n]
     return (Zc @ Zc.transpose(1, 2)) / n, tok.Z[:, :, n], tok.y_q
+
+
+def _gram_batch_numpy(chol, n: int, batch: int, generator):
+    """:func:`gram_batch` in numpy (float64) from the same Gaussians (drawn by the same calls):
+    ``G = C' (g_c^T g_c / n) C'^T`` with ``C' = [C; u^T]`` (the tokens are ``C' g``), so the per-prompt
+    product is one ``(d, n) x (n, d)`` matrix product. Equal to :func:`gram_batch` to round-off."""
+    from .linear_attention import standard_normal
+
+    d = chol.shape[0]
+    g = standard_normal((batch, n + 1, d), generator, generator.device, torch.float32).numpy().astype(np.float64)
+    u = standard_normal((batch, d), generator, generator.device, torch.float32).numpy().astype(np.float64)
+    gc = g[:, :n]
+    Q = (np.swapaxes(gc, 1, 2) @ gc) / n                                  # (batch, d, d)
+    QCt = (Q.reshape(batch * d, d) @ chol.T).reshape(batch, d, d)         # Q C^T
+    G = np.empty((batch, d + 1, d + 1))
+    G[:, :d, :d] = (np.swapaxes(QCt, 1, 2).reshape(batch * d, d) @ chol.T).reshape(batch, d, d)   # C Q C^T
+    Qu = np.einsum("bij,bj->bi", Q, u)
+    G[:, :d, d] = G[:, d, :d] = Qu @ chol.T                              # C Q u
+    G[:, d, d] = np.einsum("bi,bi->b", Qu, u)
+    zq = np.zeros((batch, d + 1))
+    zq[:, :d] = g[:, n] @ chol.T
+    return G, zq, np.einsum("bi,bi->b", g[:, n], u)
 
 
 def _left(M, X):
@@ -112,6 +135,115 @@ def gdpp_predict_stacked(A, B, G, zq):
     return -y
 
 
+def _rows_times(S, M):
+    """``S_b M`` for per-prompt ``S`` (K, batch, d, e) and per-model ``M`` (K, e, f), numpy: one matrix
+    product per model."""
+    K, Bt, d, e = S.shape
+    return (S.reshape(K, Bt * d, e) @ M).reshape(K, Bt, d, M.shape[-1])
+
+
+def _times_rows(M, S):
+    """``M S_b`` for per-model ``M`` (K, d, d) and per-prompt ``S`` (K, batch, d, e), numpy."""
+    return M[:, None] @ S
+
+
+def _mv(M, v):
+    """``M_b v_b`` per prompt, numpy: ``M`` (K, batch, d, e), ``v`` (K, batch, e)."""
+    return np.einsum("kbij,kbj->kbi", M, v)
+
+
+def _tmv(M, v):
+    """``M_b^T v_b`` per prompt, numpy."""
+    return np.einsum("kbji,kbj->kbi", M, v)
+
+
+def gdpp_loss_grad(A, B, G, zq, y, weight=None):
+    """Batch losses of ``K`` stacked GD++ models (as :func:`gdpp_predict_stacked`) and the gradient of
+    ``sum_k weight_k loss_k`` in ``A, B``, by the chain rule written out (numpy, float64): the
+    forward recursion of :func:`gdpp_predict_stacked` and its adjoint, layer by layer from the last
+    (``y`` is carried additively, so its adjoint is the same at every layer; ``S_l`` is symmetric).
+    The same gradient as autograd through :func:`gdpp_predict_stacked` to round-off, several times
+    cheaper at ``d = 5``: the per-prompt products are numpy's small matrix products, the sums over
+    the prompts one matrix product per model.
+
+    Parameters
+    ----------
+    A, B : ndarray (K, L, d, d)
+    G : ndarray (K, batch, d+1, d+1)
+    zq : ndarray (K, batch, d+1)
+    y : ndarray (K, batch)
+        Targets.
+    weight : ndarray (K,), optional
+        Default ones.
+
+    Returns
+    -------
+    losses : ndarray (K,)
+        ``mean_b (TF_L - y)^2`` per model.
+    gA, gB : ndarray (K, L, d, d)
+    """
+    K, L, d = A.shape[0], A.shape[1], A.shape[2]
+    Bt = G.shape[1]
+    S, s, x = np.ascontiguousarray(G[..., :d, :d]), np.ascontiguousarray(G[..., :d, d]), zq[..., :d]
+    out = zq[..., d]
+    tape = []
+    for l in range(L):
+        Al, Bl = A[:, l], B[:, l]
+        Ax = x @ np.swapaxes(Al, -1, -2)                       # A_l x per prompt (rows)
+        Ats = s @ Al                                           # A_l^T s
+        out = out + (s * Ax).sum(-1)
+        if l == L - 1:
+            tape.append((S, s, x, Ax, Ats, None, None, None, None))
+            break
+        SA = _rows_times(S, Al)
+        C = _times_rows(Bl, SA)                                # M - I = B_l S A_l
+        v = _mv(S, Ats) + s
+        x1, s1 = x + _mv(C, x), v + _mv(C, v)
+        SM = None
+        if l < L - 2:
+            SM = S + S @ np.swapaxes(C, -1, -2)                # S M^T
+            S1 = SM + C @ SM
+        tape.append((S, s, x, Ax, Ats, SA, C, v, SM))
+        x, s = x1, s1
+        if SM is not None:
+            S = S1
+    r = -out - y
+    losses = np.mean(r * r, axis=1)
+    w = np.ones(K) if weight is None else np.asarray(weight, dtype=float)
+    gy = (-2.0 / Bt) * r * w[:, None]                          # d(weighted loss) / d y_L, every layer
+    gA, gB = np.zeros_like(A), np.zeros_like(B)
+    gx = gs = gS = None
+    for l in range(len(tape) - 1, -1, -1):
+        S, s, x, Ax, Ats, SA, C, v, SM = tape[l]
+        Al, Bl = A[:, l], B[:, l]
+        gyc = gy[..., None]
+        gA[:, l] += np.swapaxes(gyc * s, -1, -2) @ x            # y += s^T A_l x
+        gs_l, gx_l = gyc * Ax, gyc * Ats
+        gS_l = None
+        if C is not None:
+            gx_l = gx_l + gx + _tmv(C, gx)                     # x' = M x
+            gv = gs + _tmv(C, gs)                              # s' = M v
+            gC = gx[..., :, None] * x[..., None, :] + gs[..., :, None] * v[..., None, :]
+            if SM is not None:                                 # S' = M S M^T
+                Gs = gS + np.swapaxes(gS, -1, -2)
+                gC = gC + Gs @ np.swapaxes(SM, -1, -2)
+                if l > 0:
+                    T = gS + gS @ C
+                    gS_l = T + np.swapaxes(C, -1, -2) @ T
+            gu = _mv(S, gv)                                    # v = S A_l^T s + s
+            gA[:, l] += np.swapaxes(s, -1, -2) @ gu
+            gs_l = gs_l + gv + gu @ np.swapaxes(Al, -1, -2)
+            H = _times_rows(np.swapaxes(Bl, -1, -2), gC)       # C = B_l S A_l
+            gB[:, l] += (np.swapaxes(gC, 1, 2).reshape(K, d, Bt * d)
+                         @ np.swapaxes(SA, -1, -2).reshape(K, Bt * d, d))
+            gA[:, l] += np.swapaxes(S.reshape(K, Bt * d, d), -1, -2) @ H.reshape(K, Bt * d, d)
+            if l > 0:
+                extra = gv[..., :, None] * Ats[..., None, :] + _rows_times(H, np.swapaxes(Al, -1, -2))
+                gS_l = extra if gS_l is None else gS_l + extra
+        gx, gs, gS = gx_l, gs_l, gS_l
+    return losses, gA, gB
+
+
 @dataclass
 class SweepRun:
     """Record of :func:`train_gdpp_sweep`.
@@ -164,13 +296,14 @@ def train_gdpp_sweep(specs, Sigma, *, steps: int, batch: int, lr: float, generat
                      betas=(0.99, 0.9), halve_every: int | None = None, clip: float | None = None,
                      init_std: float = 1e-3, init=None, resample_every: int = 1, dtype=None, log_every: int = 10,
                      stop_above: float | None = None, threads: int | None = 1, compile: bool = False,
+                     closed_gradient: bool = False,
                      iterate: Callable[[Iterable, str], Iterable] | None = None) -> SweepRun:
     """AdamW on ``K`` GD++ transformers (eq. 11) side by side, one per ``(L, n)`` of ``specs``.
 
     Every entry of every ``A_l, B_l`` starts i.i.d. ``N(0, init_std^2)`` (drawn in the order of
     ``specs``, layer by layer; the layers past a model's ``L`` are zero), or at ``init``. Every
-    ``resample_every`` steps a fresh batch of ``batch`` prompts is drawn for every distinct ``n`` (in
-    ascending order of ``n``; the models with that ``n`` share it), takes each model's loss
+    ``resample_every`` steps a fresh batch of prompts (``batch``, or ``batch[n]``) is drawn for every
+    distinct ``n`` (in ascending order of ``n``; the models with that ``n`` share it), takes each model's loss
     ``mean (TF_L - y_q)^2`` (eq. 5, no 1/2), clips
     the gradient of each model's each ``A_l`` and ``B_l`` to Frobenius norm ``clip`` (the paper:
     0.01) and makes one AdamW step (``weight_decay = 0``); the learning rate is halved every
@@ -182,7 +315,12 @@ def train_gdpp_sweep(specs, Sigma, *, steps: int, batch: int, lr: float, generat
         Depth and context length of each model.
     Sigma : array_like
         Covariance of the covariates (d x d SPD or eigenvalues); ``w* ~ N(0, Sigma^{-1})``.
-    steps, batch : int
+    steps : int
+    batch : int or mapping n -> int
+        Prompts per step of each context length (the models with that ``n`` share them). A mapping
+        gives each ``n`` of ``specs`` its own batch, each a multiple of the smallest ``b``: a model
+        whose ``n`` has ``r b`` prompts runs as ``r`` rows of ``b`` prompts of the stacked
+        computation, its loss the mean over all ``r b`` (the same loss as one batch of ``r b``).
     lr : float
     generator : torch.Generator
         The only source of randomness (its device is the run's).
@@ -206,6 +344,10 @@ def train_gdpp_sweep(specs, Sigma, *, steps: int, batch: int, lr: float, generat
     compile : bool
         Evaluate the models' batch losses through ``torch.compile`` (needs a C++ compiler on a CPU,
         Triton on a GPU; compiles once, then faster per step at large batches).
+    closed_gradient : bool
+        Take the losses and their gradient from :func:`gdpp_loss_grad` (the chain rule in numpy;
+        float64 on the CPU only) instead of autograd: the same gradient to round-off, cheaper per
+        step at ``d = 5``.
     iterate : callable, optional
         ``iterate(range, desc)`` progress wrapper.
 
@@ -217,7 +359,19 @@ def train_gdpp_sweep(specs, Sigma, *, steps: int, batch: int, lr: float, generat
         raise ValueError("generator: torch is not installed")
     specs = _specs(specs)
     steps = validate.integer("steps", steps, low=0)
-    batch = validate.integer("batch", batch)
+    ns = sorted({n for _, n in specs})
+    if isinstance(batch, Mapping):
+        given = dict(batch)
+        if set(given) != set(ns):
+            raise ValueError(f"batch: expected an integer or a batch for each n of specs {ns}, got {given!r}")
+        per_n = [validate.integer("batch", given[n]) for n in ns]
+        batch = min(per_n)
+        if any(b % batch for b in per_n):
+            raise ValueError(f"batch: expected multiples of the smallest batch {batch}, got {given!r}")
+        repeats = [b // batch for b in per_n]
+    else:
+        batch = validate.integer("batch", batch)
+        repeats = [1] * len(ns)
     lr = validate.positive("lr", lr)
     generator = validate.generator(generator)
     try:
@@ -263,14 +417,31 @@ def train_gdpp_sweep(specs, Sigma, *, steps: int, batch: int, lr: float, generat
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=halve_every, gamma=0.5) if halve_every else None
     if not isinstance(compile, bool):
         raise ValueError(f"compile: expected True or False, got {compile!r}")
+    if not isinstance(closed_gradient, bool):
+        raise ValueError(f"closed_gradient: expected True or False, got {closed_gradient!r}")
+    if closed_gradient and (dtype != torch.float64 or device.type != "cpu" or compile):
+        raise ValueError("closed_gradient: needs float64 on the CPU and compile=False")
 
     def batch_losses(A, B, G, zq, y):
         return torch.mean((gdpp_predict_stacked(A, B, G, zq) - y) ** 2, dim=1)
 
     if compile:
         batch_losses = torch.compile(batch_losses)
-    ns = sorted({n for _, n in specs})
-    index = torch.as_tensor([ns.index(n) for _, n in specs], device=device)
+    # rows of the stacked computation: r rows of `batch` prompts for a model whose n has r batches
+    # (row j of n's draw), the model's loss the mean of its rows'
+    first = np.cumsum([0] + repeats)
+    rows = [(k, first[ns.index(n)] + j) for k, (_, n) in enumerate(specs) for j in range(repeats[ns.index(n)])]
+    index = torch.as_tensor([j for _, j in rows], device=device)
+    replicated = len(rows) > K
+    if replicated:
+        model_of = torch.as_tensor([k for k, _ in rows], device=device)
+        row_weight = torch.as_tensor([1.0 / repeats[ns.index(specs[k][1])] for k, _ in rows], dtype=dtype,
+                                     device=device)
+    if closed_gradient:
+        of_row = np.asarray([k for k, _ in rows])
+        w_row = np.asarray([1.0 / repeats[ns.index(specs[k][1])] for k, _ in rows])
+        sum_rows = (of_row[None, :] == np.arange(K)[:, None]).astype(float)   # (K, rows): a model's rows summed
+        rows_np, chol_np = np.asarray([j for _, j in rows]), np.linalg.cholesky(lam)
 
     log_step, log_loss, A_log, B_log = [], [], [], []
 
@@ -291,19 +462,45 @@ def train_gdpp_sweep(specs, Sigma, *, steps: int, batch: int, lr: float, generat
         if iterate is not None:
             loop = iterate(loop, f"Adam, GD++ sweep of {K} models")
         for k in loop:
-            if (k - 1) % resample_every == 0:
-                draws = [gram_batch(chol, n, batch, generator) for n in ns]
-                G = torch.stack([g for g, _, _ in draws])[index]
-                zq = torch.stack([z for _, z, _ in draws])[index]
-                y = torch.stack([t for _, _, t in draws])[index]
+            if closed_gradient and (k - 1) % resample_every == 0:
+                draws = [_gram_batch_numpy(chol_np, n, batch * r, generator) for n, r in zip(ns, repeats)]
+                G = np.concatenate([g.reshape(r, batch, *g.shape[1:]) for (g, _, _), r in zip(draws, repeats)])[rows_np]
+                zq = np.concatenate([z.reshape(r, batch, -1) for (_, z, _), r in zip(draws, repeats)])[rows_np]
+                y = np.concatenate([t.reshape(r, batch) for (_, _, t), r in zip(draws, repeats)])[rows_np]
+            elif (k - 1) % resample_every == 0:
+                draws = [gram_batch(chol, n, batch * r, generator) for n, r in zip(ns, repeats)]
+                G = torch.cat([g.reshape(r, batch, *g.shape[1:]) for (g, _, _), r in zip(draws, repeats)])[index]
+                zq = torch.cat([z.reshape(r, batch, -1) for (_, z, _), r in zip(draws, repeats)])[index]
+                y = torch.cat([t.reshape(r, batch) for (_, _, t), r in zip(draws, repeats)])[index]
             opt.zero_grad(set_to_none=True)
-            per_model = batch_losses(A, B, G, zq, y)
-            values = per_model.detach().cpu().numpy().astype(np.float64)
-            if not np.all(np.isfinite(values)) or (stop_above is not None and values.max() > stop_above):
-                stopped_at = k
-                log(k, values)
-                break
-            per_model.sum().backward()
+            if closed_gradient:
+                An, Bn = A.detach().numpy(), B.detach().numpy()
+                if replicated:
+                    An, Bn = An[of_row], Bn[of_row]
+                per_row, gA, gB = gdpp_loss_grad(An, Bn, G, zq, y, w_row)
+                if replicated:
+                    values = sum_rows @ (per_row * w_row)
+                    gA = (sum_rows @ gA.reshape(len(rows), -1)).reshape(A.shape)
+                    gB = (sum_rows @ gB.reshape(len(rows), -1)).reshape(B.shape)
+                else:
+                    values = per_row
+                if not np.all(np.isfinite(values)) or (stop_above is not None and values.max() > stop_above):
+                    stopped_at = k
+                    log(k, values)
+                    break
+                A.grad, B.grad = torch.from_numpy(gA), torch.from_numpy(gB)
+            elif replicated:
+                per_row = batch_losses(A[model_of], B[model_of], G, zq, y)
+                per_model = torch.zeros(K, dtype=dtype, device=device).index_add(0, model_of, per_row * row_weight)
+            else:
+                per_model = batch_losses(A, B, G, zq, y)
+            if not closed_gradient:
+                values = per_model.detach().cpu().numpy().astype(np.float64)
+                if not np.all(np.isfinite(values)) or (stop_above is not None and values.max() > stop_above):
+                    stopped_at = k
+                    log(k, values)
+                    break
+                per_model.sum().backward()
             with torch.no_grad():
                 for p in (A, B):
                     p.grad.mul_(mask)
@@ -319,8 +516,9 @@ def train_gdpp_sweep(specs, Sigma, *, steps: int, batch: int, lr: float, generat
         torch.set_num_threads(old_threads)
     return SweepRun(specs=specs, step=np.asarray(log_step, dtype=np.int64), batch_loss=np.asarray(log_loss),
                     A_log=np.asarray(A_log), B_log=np.asarray(B_log), seconds=time.perf_counter() - t0,
-                    settings=dict(lr=lr, betas=(b1, b2), halve_every=halve_every, clip=clip, batch=batch,
+                    settings=dict(lr=lr, betas=(b1, b2), halve_every=halve_every, clip=clip,
+                                  batch=batch if not replicated else {n: batch * r for n, r in zip(ns, repeats)},
                                   steps=steps, init_std=init_std, resample_every=resample_every,
                                   dtype=str(dtype).replace("torch.", ""), compile=compile,
-                                  device=str(device), stop_above=stop_above),
+                                  device=str(device), stop_above=stop_above, closed_gradient=closed_gradient),
                     stopped_at=stopped_at)
