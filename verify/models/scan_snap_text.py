@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import validate
 from ..tasks.text_corpus import sample_windows
-from .localization_lm import PostLNTransformerLM, evaluate
+from .localization_lm import PostLNTransformerLM, _flat_parameters, evaluate
 
 try:
     import torch
@@ -67,8 +67,11 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
         raise ValueError(f"records: expected a divisor of steps = {steps}, got {records}")
     every = steps // records
     model = PostLNTransformerLM(vocab_size, d, layers, T, generator=generator).to(device)
-    # foreach: torch's multi-tensor SGD, one step over all parameters (the per-parameter loop's arithmetic)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, foreach=True)
+    # SGD and the clipping's scaling are elementwise: one pass over the parameters laid end to end in one buffer
+    # does the per-parameter arithmetic (torch's foreach ops loop over the 18 tensors on the CPU); the global norm
+    # is clip_grad_norm_'s, from the per-parameter gradients
+    flat, params = _flat_parameters(model)
+    opt = torch.optim.SGD([flat], lr=lr, foreach=True)
     hist = {"step": [], "entropy": [], "ce": [], "train_ce": []}
     windows = []
     for step in range(steps + 1):
@@ -86,8 +89,11 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
             windows.append(ev["entropy_windows"])
         if step == steps:
             break
-        opt.zero_grad()
+        for p in params:
+            p.grad = None
         ce.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        grads = [p.grad for p in params]
+        coef = torch.clamp(clip / (nn.utils.get_total_norm(grads, 2.0) + 1e-6), max=1.0)   # clip_grad_norm_'s
+        flat.grad = torch.cat([g.reshape(-1) for g in grads]).mul_(coef)
         opt.step()
     return {"history": hist, "entropy_windows": np.asarray(windows), "final": ev}

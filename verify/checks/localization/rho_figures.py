@@ -29,9 +29,14 @@ Contains
     read both ways), and, at fixed xi eta = 5.12, the sharpening with d (Sec. 4: "a larger d
     drives localization").
 
-Quick profile, seeds 0-19: fig2 20/20 (Monte Carlo within z SE of the Gaussian form at every position;
-claims hold with margin >= 0.017 on Monte Carlo after the z SE allowance; printed eq. 6 off by 0.52),
-fig3 20/20 (agreement excess <= 0.02 vs 0.05; printed eq. 6 off by 0.47); a few seconds of CPU each.
+Quick profile, seeds 0-19: fig2 20/20 (Monte Carlo within z SE of the Gaussian form at every position:
+worst discrepancy -0.014 against 0.05; claims hold with margin >= 0.018 on Monte Carlo after the z SE
+allowance; controls: printed eq. 6 off by 0.51-0.53, 10x its bound; uniformity 0.26, late-site share
+0.83-0.84 and middle share 0.082-0.090 past their bounds of 0), fig3 20/20 (agreement excess <= 0.013 vs
+0.05, worst ratio 0.26; printed eq. 6 off by 0.46-0.47, 9x its bound; the F <= 0.25 controls fail by 0.25
+and 0.14-0.17). Sizes set by that power: fig2's eta = 0.001 row (T = 16384) has 800 walks (was 1280, its
+cost two thirds of the check's), fig3 1600 walks per panel (was 3200); the seconds of CPU at seed 0: fig2
+1.8-2.0 -> 1.25, fig3 0.9-1.0 -> 0.5 (the least of two in-process runs, load 9).
 """
 
 from __future__ import annotations
@@ -151,7 +156,7 @@ def _thin(theta, y, k=64):
                          doc="token dimension (two-level spectra, lambda = sqrt(d))"),
                  Setting("samples", "int", quick=4_800, full=40_000, low=BATCHES * 50, high=10**7,
                          doc="random walks of the rows eta >= 0.1 (shared by their cells)"),
-                 Setting("samples_small_eta", "int", quick=1_280, full=8_000, low=BATCHES * 50, high=10**7,
+                 Setting("samples_small_eta", "int", quick=800, full=8_000, low=BATCHES * 50, high=10**7,
                          doc="random walks of the row eta = 0.001")])
 def fig2(ctx):
     rng = ctx.rng
@@ -294,7 +299,7 @@ WINDOW = (0.45, 0.75)
                  Setting("d_sweep", "ints", quick=(16, 64, 256, 1024, 4096, 16384, 65536, 262144),
                          full=(16, 64, 256, 1024, 4096, 16384, 65536, 262144), low=4, high=10**8,
                          doc="token dimensions of the sweep at xi eta = 5.12 (W_QK = eta I, xi = sqrt(d))"),
-                 Setting("samples", "int", quick=3_200, full=40_000, low=BATCHES * 50, high=10**7,
+                 Setting("samples", "int", quick=1_600, full=40_000, low=BATCHES * 50, high=10**7,
                          doc="random walks per panel")])
 def fig3(ctx):
     rng = ctx.rng

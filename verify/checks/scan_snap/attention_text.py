@@ -63,7 +63,9 @@ Measured (quick profile, seeds 0-19): passes 20/20 (7.3 s at seed 0 on the 2-cor
 load 2.7; 13-42 s per run while three other jobs kept the load at 6-9; 3.6 s of CPU at seed 0, 5.5 s
 before the records between the first and the last read the first block's attention alone and the
 parameters were updated in one flat pass, the same numbers; 3.0 s against 3.3 s side by side at load 8-10 with
-the causal mask added as a bias, the same numbers). Worst seed against its
+the causal mask added as a bias, the same numbers; 2.9-3.7 s against 4.1-4.6 s, the least of three runs at load
+9-10, with SGD's step and the clipping's scaling again in one pass over the parameters laid end to end instead of
+torch's foreach loops over the 18 tensors, the same numbers). Worst seed against its
 bound: claim 1, z 6.7 (median 22; ``z* = 5.03``: worst ratio ``z*/z = 0.75``), drop 23-40 % of
 ``H(0) = 2.17-2.44`` nats; claim 3, z 34 (median 48), the entropy after training 0.23-0.64 nats
 lower at ``eta = 5`` (1.48-1.85 vs 1.96-2.26).
