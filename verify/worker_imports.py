@@ -14,10 +14,12 @@ from __future__ import annotations
 import importlib
 
 #: Modules imported when present, in this order.
-#: (Not pandas: only the client reads the results store into a table; its import took 0.4 s of the fork
-#: server's 6-7 s, which the workers wait for.)
+#: ``torch._dynamo``: the first ``torch.optim`` optimiser of a process imports it (about 1.4 s), which every
+#: worker would otherwise do in its first training check. (Not pandas: only the client reads the results
+#: store into a table; its import took 0.4 s of the fork server's 6-7 s, which the workers wait for.)
 MODULES = ("numpy", "scipy.integrate", "scipy.optimize", "scipy.special", "scipy.stats", "sympy", "mpmath",
-           "torch", "matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.backends.backend_svg")
+           "torch", "torch._dynamo", "matplotlib.figure", "matplotlib.backends.backend_agg",
+           "matplotlib.backends.backend_svg")
 
 
 def _import_all() -> None:
