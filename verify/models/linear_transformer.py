@@ -574,6 +574,15 @@ if torch is not None:
             return torch.from_numpy(np.matmul(X.numpy(), Y.numpy()))
         return X @ Y
 
+    def _prompt_blocks(Z, d: int):
+        """The blocks of a batch of prompts ``Z`` (B, d+1, n+1) that the block recursions read:
+        ``(S, s, x, y)`` with ``G = Zc Zc^T / n = [[S, s], [s^T, .]]`` over the ``n`` context
+        columns (``s`` as rows), and the query column ``z_q = (x, y)``."""
+        n = Z.shape[2] - 1
+        Zc = Z[:, :, :n]
+        G = (Zc @ Zc.transpose(1, 2)) / n
+        return G[:, :d, :d], G[:, d, :d], Z[:, :d, n], Z[:, d, n]
+
     def _predict_blocks(A, B, Z, sign: float = 1.0):
         """``-[Z_L]_{d+1, n+1}`` of the block parametrisations (see
         :meth:`LinearTransformer.predict`): eq. 11 with ``Q_l = sign [[A_l, 0], [0, 0]]``, ``P_l =
@@ -588,12 +597,8 @@ if torch is not None:
         updated (a product per prompt) only before the last two layers; the rest are
         matrix-vector products, about half the time of :func:`_predict_gram` for the sparse
         ``L = 2`` at batch 750 (forward and backward)."""
-        n = Z.shape[2] - 1
         L, d = A.shape[0], A.shape[1]
-        Zc = Z[:, :, :n]
-        G = (Zc @ Zc.transpose(1, 2)) / n
-        S, s, x = G[:, :d, :d], G[:, d, :d], Z[:, :d, n]           # rows: s^T, x^T
-        y = Z[:, d, n]
+        S, s, x, y = _prompt_blocks(Z, d)                           # rows: s^T, x^T
         for l in range(L):
             Al = A[l] if sign == 1.0 else sign * A[l]
             t = s @ Al                                              # (A_l^T s)^T
@@ -623,12 +628,8 @@ if torch is not None:
         gradient is ``sum_b delta_b s_l u_l^T`` with ``delta = 2 (TF - y_q) / B``. The same loss
         as autograd's and its gradient to round-off (a test compares them), about 0.6 times the
         time of the autograd pass for ``L = 2`` at batch 750 (float32)."""
-        n = Z.shape[2] - 1
         L, d = A.shape[0], A.shape[1]
-        Zc = Z[:, :, :n]
-        G = (Zc @ Zc.transpose(1, 2)) / n
-        S, s, x = G[:, :d, :d], G[:, d, :d], Z[:, :d, n]           # rows: s^T, x^T
-        y = Z[:, d, n]
+        S, s, x, y = _prompt_blocks(Z, d)                           # rows: s^T, x^T
         C = -1.0 * A
         states = []
         for l in range(L):                                          # as _predict_blocks
@@ -667,14 +668,10 @@ if torch is not None:
         delta_b dTF_b`` with ``delta = 2 (TF - y_q) / B``. The same loss as autograd's and its
         gradients to round-off (a test compares them), about 0.55 times the time of the autograd
         pass at batch 1000 (float32)."""
-        n = Z.shape[2] - 1
         if A.shape[0] != 2:
             raise ValueError(f"A: expected L = 2 layers, got {A.shape[0]}")
-        Zc = Z[:, :, :n]
         d = A.shape[1]
-        G = (Zc @ Zc.transpose(1, 2)) / n
-        S, s, x = G[:, :d, :d], G[:, d, :d], Z[:, :d, n]
-        y = Z[:, d, n]
+        S, s, x, y = _prompt_blocks(Z, d)
         A0, A1, B0 = A[0], A[1], B[0]
         t = s @ A0                                                  # (A_0^T s)^T
         y = y + (t * x).sum(-1)                                     # + s^T A_0 x
