@@ -244,6 +244,15 @@ def gdpp_loss_grad(A, B, G, zq, y, weight=None):
     return losses, gA, gB
 
 
+def _stacked_rows(draws, repeats, batch: int, select, cat):
+    """``(G, zq, y)`` of the stacked computation from one draw ``(G, zq, y)`` of ``r b`` prompts per context
+    length (``r`` of ``repeats``, ``b = batch``): each draw cut into ``r`` rows of ``b`` prompts, the rows of
+    every ``n`` joined by ``cat`` (``torch.cat`` or ``numpy.concatenate``) and indexed by ``select`` (the
+    row of each model's each row)."""
+    return tuple(cat([x.reshape(r, batch, *x.shape[1:]) for x, r in zip(parts, repeats)])[select]
+                 for parts in zip(*draws))
+
+
 @dataclass
 class SweepRun:
     """Record of :func:`train_gdpp_sweep`.
@@ -431,17 +440,19 @@ def train_gdpp_sweep(specs, Sigma, *, steps: int, batch: int, lr: float, generat
     # (row j of n's draw), the model's loss the mean of its rows'
     first = np.cumsum([0] + repeats)
     rows = [(k, first[ns.index(n)] + j) for k, (_, n) in enumerate(specs) for j in range(repeats[ns.index(n)])]
-    index = torch.as_tensor([j for _, j in rows], device=device)
+    row_index = np.asarray([j for _, j in rows])
+    of_row = np.asarray([k for k, _ in rows])
+    w_row = np.asarray([1.0 / repeats[ns.index(specs[k][1])] for k, _ in rows])
     replicated = len(rows) > K
-    if replicated:
-        model_of = torch.as_tensor([k for k, _ in rows], device=device)
-        row_weight = torch.as_tensor([1.0 / repeats[ns.index(specs[k][1])] for k, _ in rows], dtype=dtype,
-                                     device=device)
     if closed_gradient:
-        of_row = np.asarray([k for k, _ in rows])
-        w_row = np.asarray([1.0 / repeats[ns.index(specs[k][1])] for k, _ in rows])
         sum_rows = (of_row[None, :] == np.arange(K)[:, None]).astype(float)   # (K, rows): a model's rows summed
-        rows_np, chol_np = np.asarray([j for _, j in rows]), np.linalg.cholesky(lam)
+        chol_np = np.linalg.cholesky(lam)
+        draw, select, cat = (lambda n, b: _gram_batch_numpy(chol_np, n, b, generator)), row_index, np.concatenate
+    else:
+        model_of = torch.as_tensor(of_row, device=device)
+        row_weight = torch.as_tensor(w_row, dtype=dtype, device=device)
+        select = torch.as_tensor(row_index, device=device)
+        draw, cat = (lambda n, b: gram_batch(chol, n, b, generator)), torch.cat
 
     log_step, log_loss, A_log, B_log = [], [], [], []
 
@@ -462,44 +473,33 @@ def train_gdpp_sweep(specs, Sigma, *, steps: int, batch: int, lr: float, generat
         if iterate is not None:
             loop = iterate(loop, f"Adam, GD++ sweep of {K} models")
         for k in loop:
-            if closed_gradient and (k - 1) % resample_every == 0:
-                draws = [_gram_batch_numpy(chol_np, n, batch * r, generator) for n, r in zip(ns, repeats)]
-                G = np.concatenate([g.reshape(r, batch, *g.shape[1:]) for (g, _, _), r in zip(draws, repeats)])[rows_np]
-                zq = np.concatenate([z.reshape(r, batch, -1) for (_, z, _), r in zip(draws, repeats)])[rows_np]
-                y = np.concatenate([t.reshape(r, batch) for (_, _, t), r in zip(draws, repeats)])[rows_np]
-            elif (k - 1) % resample_every == 0:
-                draws = [gram_batch(chol, n, batch * r, generator) for n, r in zip(ns, repeats)]
-                G = torch.cat([g.reshape(r, batch, *g.shape[1:]) for (g, _, _), r in zip(draws, repeats)])[index]
-                zq = torch.cat([z.reshape(r, batch, -1) for (_, z, _), r in zip(draws, repeats)])[index]
-                y = torch.cat([t.reshape(r, batch) for (_, _, t), r in zip(draws, repeats)])[index]
+            if (k - 1) % resample_every == 0:
+                G, zq, y = _stacked_rows([draw(n, batch * r) for n, r in zip(ns, repeats)], repeats, batch, select, cat)
             opt.zero_grad(set_to_none=True)
             if closed_gradient:
                 An, Bn = A.detach().numpy(), B.detach().numpy()
                 if replicated:
                     An, Bn = An[of_row], Bn[of_row]
                 per_row, gA, gB = gdpp_loss_grad(An, Bn, G, zq, y, w_row)
+                values = per_row
                 if replicated:
                     values = sum_rows @ (per_row * w_row)
                     gA = (sum_rows @ gA.reshape(len(rows), -1)).reshape(A.shape)
                     gB = (sum_rows @ gB.reshape(len(rows), -1)).reshape(B.shape)
-                else:
-                    values = per_row
-                if not np.all(np.isfinite(values)) or (stop_above is not None and values.max() > stop_above):
-                    stopped_at = k
-                    log(k, values)
-                    break
-                A.grad, B.grad = torch.from_numpy(gA), torch.from_numpy(gB)
-            elif replicated:
-                per_row = batch_losses(A[model_of], B[model_of], G, zq, y)
-                per_model = torch.zeros(K, dtype=dtype, device=device).index_add(0, model_of, per_row * row_weight)
             else:
-                per_model = batch_losses(A, B, G, zq, y)
-            if not closed_gradient:
+                if replicated:
+                    per_row = batch_losses(A[model_of], B[model_of], G, zq, y)
+                    per_model = torch.zeros(K, dtype=dtype, device=device).index_add(0, model_of, per_row * row_weight)
+                else:
+                    per_model = batch_losses(A, B, G, zq, y)
                 values = per_model.detach().cpu().numpy().astype(np.float64)
-                if not np.all(np.isfinite(values)) or (stop_above is not None and values.max() > stop_above):
-                    stopped_at = k
-                    log(k, values)
-                    break
+            if not np.all(np.isfinite(values)) or (stop_above is not None and values.max() > stop_above):
+                stopped_at = k
+                log(k, values)
+                break
+            if closed_gradient:
+                A.grad, B.grad = torch.from_numpy(gA), torch.from_numpy(gB)
+            else:
                 per_model.sum().backward()
             with torch.no_grad():
                 for p in (A, B):
