@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 
 import theory  # noqa: E402
 from verify.models.localization import signal_propagation_frequency  # noqa: E402
-from verify.models.localization_lm import PostLNTransformerLM, evaluate, train_locater_lm  # noqa: E402
+from verify.models.localization_lm import (PostLNTransformerLM, evaluate, flat_gradient,  # noqa: E402
+                                           flat_parameters, train_locater_lm)
 from verify.tasks.text_corpus import Corpus  # noqa: E402
 
 
@@ -146,3 +147,36 @@ def test_attention_only_evaluation_gives_the_same_statistics():
         assert set(full) - set(first) == {"ce", "perplexity", "ce_windows"}
         for k, v in first.items():
             assert v == full[k], k                  # the same operations on the first block: identical
+
+
+@pytest.mark.parametrize("optimiser", ["adamw", "sgd_clipped"])
+def test_flat_parameter_steps_equal_torch_optimisers_per_parameter(optimiser):
+    """One optimiser step on the parameters laid end to end (flat_parameters: what the LOCATER and
+    text-sparsity trainers do) gives the same parameters as torch's optimiser over the model's
+    parameters, step after step (AdamW; SGD after clip_grad_norm_)."""
+    def model():
+        return PostLNTransformerLM(20, 8, layers=2, T_max=10, generator=torch.Generator().manual_seed(0))
+
+    ref, flat_model = model(), model()
+    flat, params = flat_parameters(flat_model)
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(ref.parameters(), params))
+    if optimiser == "adamw":
+        opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.01, foreach=True)
+        opt = torch.optim.AdamW([flat], lr=1e-2, weight_decay=0.01, foreach=True)
+    else:
+        opt_ref, opt = torch.optim.SGD(ref.parameters(), lr=0.5), torch.optim.SGD([flat], lr=0.5)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        ids = torch.randint(0, 20, (3, 10), generator=gen)
+        opt_ref.zero_grad()
+        ref(ids).square().mean().backward()
+        flat_model(ids).square().mean().backward()
+        if optimiser == "sgd_clipped":
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.01)
+        flat_gradient(flat, params, 0.01 if optimiser == "sgd_clipped" else None)
+        assert all(p.grad is None for p in params)
+        opt_ref.step()
+        opt.step()
+        for a, b in zip(ref.parameters(), flat_model.parameters()):
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(next(ref.parameters()), next(model().parameters()))   # the steps moved them

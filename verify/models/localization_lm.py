@@ -35,6 +35,8 @@ Contents
 PostLNTransformerLM       the model
 train_locater_lm          Adam(W) training on a :class:`verify.tasks.text_corpus.Corpus`, with records
 evaluate                  cross-entropy (nats) and perplexity on windows of a split
+flat_parameters           the parameters as views of one buffer (one optimiser pass per step)
+flat_gradient             their gradients into that buffer (clipped as ``clip_grad_norm_``)
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ try:
 except ImportError:  # pragma: no cover
     torch = nn = None
 
-__all__ = ["PostLNTransformerLM", "train_locater_lm", "evaluate"]
+__all__ = ["PostLNTransformerLM", "train_locater_lm", "evaluate", "flat_parameters", "flat_gradient"]
 
 
 def _sinusoidal(T: int, d: int, dtype) -> "torch.Tensor":
@@ -146,7 +148,6 @@ class PostLNTransformerLM(nn.Module if nn is not None else object):
     def _attention(self, l: int, x, causal_bias):
         """Block ``l``'s causal attention probabilities (B, T, T) and scores (B, T, T) on its input ``x``
         (``causal_bias``: 0 where key s <= query t, -inf above)."""
-        # F.linear is x W^T + b in one call (addmm: the same numbers as the product and the addition apart)
         q = x @ self.W_Q[l].T + self.b_Q[l]
         k = x @ self.W_K[l].T + self.b_K[l]
         scores = (q @ k.transpose(1, 2)) / self.temperature                        # [b, t, s]
@@ -216,11 +217,11 @@ def evaluate(model, ids, T: int, max_windows: int | None = None, chunk: int = 64
     return out
 
 
-def _flat_parameters(model):
+def flat_parameters(model):
     """Put the model's parameters in one contiguous buffer: each parameter's data becomes a view of
     ``flat`` (a leaf tensor), so that an elementwise optimiser makes one pass over ``flat`` instead
     of one per parameter (the same arithmetic per entry). Returns ``(flat, params)``; before each
-    step set ``flat.grad`` to the concatenated gradients of ``params``."""
+    step set ``flat.grad`` from the gradients of ``params`` (:func:`flat_gradient`)."""
     params = list(model.parameters())
     flat = torch.cat([p.detach().reshape(-1) for p in params]).requires_grad_(True)
     offset = 0
@@ -228,6 +229,18 @@ def _flat_parameters(model):
         p.data = flat.detach()[offset:offset + p.numel()].view_as(p)
         offset += p.numel()
     return flat, params
+
+
+def flat_gradient(flat, params, clip: float | None = None) -> None:
+    """Set ``flat.grad`` (:func:`flat_parameters`) to the gradients of ``params`` laid end to end, and
+    clear theirs; with ``clip``, scaled as ``torch.nn.utils.clip_grad_norm_(params, clip)`` scales them
+    (``min(1, clip / (||g||_2 + 1e-6))`` on the norm of all of them together)."""
+    grads = [p.grad for p in params]
+    flat.grad = torch.cat([g.reshape(-1) for g in grads])
+    if clip is not None:
+        flat.grad.mul_(torch.clamp(clip / (nn.utils.get_total_norm(grads, 2.0) + 1e-6), max=1.0))
+    for p in params:
+        p.grad = None
 
 
 def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 128, layers: int = 1, T: int = 64,
@@ -253,7 +266,7 @@ def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 12
     model = PostLNTransformerLM(corpus.vocab_size, d, layers, T, generator=generator).to(device)
     # AdamW is elementwise: one step on the parameters laid end to end in one buffer does the per-parameter
     # arithmetic (torch's foreach AdamW loops over the 18 tensors on the CPU: 3x the time of the flat step)
-    flat, params = _flat_parameters(model)
+    flat, params = flat_parameters(model)
     opt = torch.optim.AdamW([flat], lr=lr, weight_decay=weight_decay, foreach=True)
     keys = ("step", "ce", "penalty", "frobenius_sq", "trace", "variance", "entropy_last", "entropy_all", "rho")
     hist = {k: [] for k in keys}
@@ -279,10 +292,8 @@ def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 12
                 hist["rho"].append(signal_propagation_frequency(omega.detach()).cpu().double().numpy().tolist())
         if step == steps:
             break
-        for p in params:
-            p.grad = None
         (ce + pen if reg else ce).backward()
-        flat.grad = torch.cat([p.grad.reshape(-1) for p in params])
+        flat_gradient(flat, params)
         opt.step()
     final = eigenspectrum(model.qk(0).detach().cpu().double().numpy())
     final.update(evaluate(model, corpus.split(eval_split), T, eval_windows_max))

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import validate
 from ..tasks.text_corpus import sample_windows
-from .localization_lm import PostLNTransformerLM, _flat_parameters, evaluate
+from .localization_lm import PostLNTransformerLM, evaluate, flat_gradient, flat_parameters
 
 try:
     import torch
@@ -70,7 +70,7 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
     # SGD and the clipping's scaling are elementwise: one pass over the parameters laid end to end in one buffer
     # does the per-parameter arithmetic (torch's foreach ops loop over the 18 tensors on the CPU); the global norm
     # is clip_grad_norm_'s, from the per-parameter gradients
-    flat, params = _flat_parameters(model)
+    flat, params = flat_parameters(model)
     opt = torch.optim.SGD([flat], lr=lr, foreach=True)
     hist = {"step": [], "entropy": [], "ce": [], "train_ce": []}
     windows = []
@@ -89,11 +89,7 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
             windows.append(ev["entropy_windows"])
         if step == steps:
             break
-        for p in params:
-            p.grad = None
         ce.backward()
-        grads = [p.grad for p in params]
-        coef = torch.clamp(clip / (nn.utils.get_total_norm(grads, 2.0) + 1e-6), max=1.0)   # clip_grad_norm_'s
-        flat.grad = torch.cat([g.reshape(-1) for g in grads]).mul_(coef)
+        flat_gradient(flat, params, clip)
         opt.step()
     return {"history": hist, "entropy_windows": np.asarray(windows), "final": ev}
