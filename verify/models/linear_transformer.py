@@ -957,8 +957,7 @@ def train_adam(model, Sigma, n: int, *, steps: int, batch: int, lr: float, gener
         batch_loss = torch.compile(batch_loss)
     # loss and gradients in closed form: the full parametrisation with one or two layers, the
     # sparse one, GD++ with two layers
-    closed_form = not compile and (model.parametrisation == "sparse" or model.L == 2
-                                   or (model.parametrisation == "full" and model.L == 1))
+    closed_form = not compile and {"full": model.L <= 2, "sparse": True, "gdpp": model.L == 2}[model.parametrisation]
 
     log_step, log_loss, log_lr, A_log, B_log = [], [], [], [], []
 
