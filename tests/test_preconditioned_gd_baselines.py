@@ -289,3 +289,12 @@ def test_sweep_refuses_bad_specs(specs):
 
     with pytest.raises(ValueError, match="^specs"):
         train_gdpp_sweep(specs, [1.0, 1.0], steps=1, batch=2, lr=0.1, generator=torch.Generator())
+
+
+def test_fig6_deep_batch_below_d_must_be_a_multiple_of_batch():
+    """The n < d models' batch runs as rows of the stacked models: a batch that is not a multiple of the
+    others' is refused, naming the setting, before any training."""
+    from verify.registry import get_check, run_check
+
+    res = run_check(get_check("preconditioned_gd.baselines.torch_fig6_deep"), settings={"batch_below_d": 1000})
+    assert not res.passed and res.error.startswith("ValueError: batch_below_d: expected a multiple of batch = 300")

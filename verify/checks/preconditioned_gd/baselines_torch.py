@@ -799,7 +799,11 @@ def torch_fig6_deep(ctx):
     L = 3
     samples = ctx.setting("samples")
     specs = [(L, n) for n in ns]
-    batch = {n: ctx.setting("batch_below_d" if n < D else "batch") for n in ns}
+    below, b = ctx.setting("batch_below_d"), ctx.setting("batch")
+    if any(n < D for n in ns) and below % b:
+        raise ValueError(f"batch_below_d: expected a multiple of batch = {b} (the trainer runs it as rows of "
+                         f"the stacked models), got {below}")
+    batch = {n: below if n < D else b for n in ns}
     if len(set(batch.values())) == 1:   # one batch for every n (the full profile): an integer, as before
         batch = ctx.setting("batch")
     settings, Sigma, run = _deep_train(ctx, specs, batch)
