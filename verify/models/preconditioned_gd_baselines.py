@@ -61,12 +61,16 @@ def baseline_losses(eigenvalues, n: int, L: int, grid=CODE_GRID_PGD) -> dict:
 def _baseline_losses(lam: tuple, n: int, L: int, grid: tuple) -> dict:
     lam = list(lam)
     d, eye = len(lam), [1.0] * len(lam)
+    # gd_optimal_loss is gd_loss at gd_optimal_step (its definition; the same float64 value): each
+    # best step is found once (the polynomial roots of f' cost most of the time at L = 3, 4)
+    a_star = float(_cf(GD_STEP, Sigma=eye, n=n, L=L))
+    eta_star = float(_cf(GD_STEP, Sigma=lam, n=n, L=L))
     out = {"OLS": float(_cf(OLS, n=n, d=d)),
            "PGD, optimal steps (Theorem 3)": float(_cf(PGD_OPT, n=n, d=d, L=L)),
-           "PGD, one step": float(_cf(GD_OPT, Sigma=eye, n=n, L=L)),
-           "plain GD, best step": float(_cf(GD_OPT, Sigma=lam, n=n, L=L)),
-           "PGD step a*": float(_cf(GD_STEP, Sigma=eye, n=n, L=L)),
-           "plain GD step eta*": float(_cf(GD_STEP, Sigma=lam, n=n, L=L))}
+           "PGD, one step": float(_cf(GD_LOSS, Sigma=eye, n=n, eta=a_star, L=L)),
+           "plain GD, best step": float(_cf(GD_LOSS, Sigma=lam, n=n, eta=eta_star, L=L)),
+           "PGD step a*": a_star,
+           "plain GD step eta*": eta_star}
     if n > 1:
         steps = np.asarray(grid, dtype=float) * (n - 1)
         out["code: PGD, grid step, n - 1 examples"] = float(np.min(_cf(GD_LOSS, Sigma=eye, n=n - 1, eta=steps, L=L)))
