@@ -127,8 +127,8 @@ def lemma2_moments(ctx):
 
     Measured, quick profile (1.25e4 prompts per pair), seeds 0-19: 20/20 pass, worst |z| 4.02 against
     6.02 (574 entries; 0.668 of it, seed 17), identities within 6.8e-16; the eq.-19 control's smallest z
-    116 (expected at least 117, 19.4 times the threshold); about 0.1 s of CPU at seed 0 (0.5-0.7 s at the
-    former 5e4 prompts: worst |z| 4.13, the eq.-19 control at least 246). Full profile (1e6 prompts),
+    116 (expected at least 117, 19.4 times the threshold); seed 0 about 0.17 s CPU warm, 0.25 s cold (0.51
+    and 0.75 s at the former 5e4 prompts: worst |z| 4.13, the eq.-19 control at least 246). Full profile (1e6 prompts),
     seeds 0-1: 2/2, worst |z| 3.8 against 6.02, the eq.-19 control 1110.
     """
     rng = ctx.rng
