@@ -104,6 +104,18 @@ def test_least_squares_runs_match_the_closed_form():
         mc_algorithm_loss(rng, Sigma, 3, 10, "newton")
 
 
+@pytest.mark.parametrize("n", [1, 2, 4, 5, 8, 20])
+def test_min_norm_solution_is_pinv(n):
+    """The batched solves give pinv(X^T) y (the minimum-norm least-squares solution) to round-off,
+    for n below, at and above d = 5."""
+    from verify.models.preconditioned_gd_baselines import min_norm_solution
+
+    rng = np.random.default_rng(n)
+    X, y = rng.standard_normal((200, 5, n)), rng.standard_normal((200, n))
+    want = np.einsum("bij,bj->bi", np.linalg.pinv(X.transpose(0, 2, 1)), y)
+    np.testing.assert_allclose(min_norm_solution(X, y), want, rtol=1e-9, atol=1e-12)
+
+
 def test_response_matrix_gives_the_transformers_predictions():
     """TF_L = x_q^T R w* for random general (eq. 11) and sparse (eq. 8) layers, to round-off."""
     from verify.models.linear_transformer import general_layers, predict, sparse_layers

@@ -38,15 +38,19 @@ RAW_OLS = {2: 4.06, 4: 2.36}
                          doc="sampled prompts per context length")])
 def mc_loss(ctx):
     """Solve ``min ||v||`` subject to ``v^T u_i = y_i`` on the whitened covariates ``u_i = C^{-1}
-    x_i`` (``Sigma = C C^T``; ``pinv``, the authors' OLS), predict ``<C^{-1} x_q, v>``, and compare
+    x_i`` (``Sigma = C C^T``; the authors' OLS, ``pinv``, here by batched solves of the min(n, d)-square
+    normal equations, :func:`~verify.models.preconditioned_gd_baselines.min_norm_solution`, the same
+    values to round-off), predict ``<C^{-1} x_q, v>``, and compare
     the mean squared query error with ``least_squares.loss`` = ``d - min(n, d)``: a z-test for ``n <
     d``; for ``n >= d`` the mean must be below ``1e-12 d`` (round-off is about 1e-25). Seeds 0-19
     (quick): all pass; worst |z| 2.67 against the threshold 5.23; the controls' |z| at least 19.7
-    (off-by-one), 16.6 (raw coordinates, n = 2) and 23.9 (n = 4). Seed 0 quick: 2.2 s wall on the shared
-    2-core machine (load average 8). Full (4e5 prompts per n), seeds 0-1: 2/2 pass, worst |z| 2.26;
-    controls at least 105.6, 78.4, 118.3 (expected 105.6, 77.6, 115.7); 65-71 s per seed under load.
+    (off-by-one), 16.6 (raw coordinates, n = 2) and 23.9 (n = 4); the n >= d means at most 3e-24 (against
+    5e-12). Seed 0 quick: about 0.3 s CPU (0.6 s with an SVD per prompt, ``pinv``: at seeds 0-19 the z
+    within 4e-13 of the pinv runs', every verdict and the statistics above unchanged). Full (4e5 prompts
+    per n), seeds 0-1: 2/2 pass, worst |z| 2.26; controls at least 105.6, 78.4, 118.3 (expected 105.6,
+    77.6, 115.7), the same with pinv and with the solves; 3.7-3.9 s per seed (65-71 s with pinv, under load).
 
-    Controls: the raw-coordinate minimum-norm solution (pinv on the covariates as drawn), whose loss
+    Controls: the raw-coordinate minimum-norm solution (on the covariates as drawn), whose loss
     exceeds ``d - n`` when Sigma is not a multiple of I (:data:`RAW_OLS`), and the authors'
     off-by-one ``d - (n - 1)`` (their baselines fit ``n - 1`` examples).
     """
