@@ -75,11 +75,14 @@ def _quantiles(d: int) -> np.ndarray:
 def _signal_parts(rng, Sigma: np.ndarray, Ms: np.ndarray, T: int, n: int):
     """For each draw k (``W_QK = m I + s M_k``) and ``n`` walks: ``a = X^T x_T`` and ``b = X^T M_k x_T``,
     shapes (K, n, T); then ``omega = (m a + s b) / lambda`` for every (m, s) at once."""
-    L = np.linalg.cholesky(Sigma)
+    d = Sigma.shape[0]
+    # a C-ordered L^T (the stacked product by BLAS, 10x faster at d = 128); none at Sigma = I, where the
+    # product is the increments themselves (the same values, a third of the isotropic run's time saved)
+    Lt = None if np.array_equal(Sigma, np.eye(d)) else np.ascontiguousarray(np.linalg.cholesky(Sigma).T)
     a, b = [], []
     for M in Ms:
-        # tokens as rows (a C-ordered L^T: the stacked product by BLAS, 10x faster at d = 128)
-        X = cumsum_tokens(rng.standard_normal((n, T, Sigma.shape[0])) @ np.ascontiguousarray(L.T))
+        Z = rng.standard_normal((n, T, d))                      # increments, tokens as rows
+        X = cumsum_tokens(Z if Lt is None else Z @ Lt)
         xT = X[:, -1, :]
         a.append(np.einsum("ntd,nd->nt", X, xT))
         b.append(np.einsum("ntd,nd->nt", X, xT @ M))
