@@ -68,10 +68,12 @@ def log_residual(X: np.ndarray) -> np.ndarray:
         return np.log(np.linalg.norm(C, axis=(1, 2)) / np.linalg.norm(X, axis=(1, 2)))
 
 
-def attention_layer(X: np.ndarray, B: np.ndarray, w: np.ndarray, lam: float) -> np.ndarray:
+def attention_layer(X: np.ndarray, B: np.ndarray, w: np.ndarray, lam: float,
+                    XB: np.ndarray | None = None) -> np.ndarray:
     """One self-attention layer without skip connection or feed-forward block, W_V = I (Dong et al.'s
-    SAN, tokens as rows): ``softmax(X W_QK X^T / lambda) X`` with ``W_QK = B diag(w) B^T``."""
-    XB = X @ B
+    SAN, tokens as rows): ``softmax(X W_QK X^T / lambda) X`` with ``W_QK = B diag(w) B^T``; ``XB``, optional:
+    ``X @ B`` where several spectra act on the same ``X`` and ``B``."""
+    XB = X @ B if XB is None else XB
     L = (XB * w) @ XB.transpose(0, 2, 1) / lam
     L -= L.max(axis=-1, keepdims=True)
     P = np.exp(L)
@@ -169,16 +171,18 @@ def attention_stack(ctx):
             if tok == "random walk":
                 X0 = np.cumsum(X0, axis=1)
             X = {f: X0 for f in fractions}
+            res0 = log_residual(X0)                  # every fraction starts from the same tokens
             for f in fractions:
-                out[f][0, start:start + k] = log_residual(X0)
+                out[f][0, start:start + k] = res0
             for layer in range(L):
                 B = haar_stack(rng, k, d)
                 if tok == TOKENS[0] and layer == 0 and start == 0:
                     probe = B[:min(k, 200)]
                     for f in fractions:
                         l1[f] = float(np.mean(np.abs((probe * spectra[f]) @ probe.transpose(0, 2, 1)).sum(axis=(1, 2))))
+                XB0 = X0 @ B if layer == 0 else None     # the first layer's X B, the same for every fraction
                 for f in fractions:
-                    X[f] = attention_layer(X[f], B, spectra[f], lam)
+                    X[f] = attention_layer(X[f], B, spectra[f], lam, XB=XB0)
                     out[f][layer + 1, start:start + k] = log_residual(X[f])
         # (L + 1, n) per fraction, censored at the round-off guard
         logres[tok] = {f: np.maximum(v, np.log(ROUND_OFF)) for f, v in out.items()}
