@@ -267,8 +267,8 @@ def torch_training(ctx):
             "L*": L_star, "flow L(t_end) - L*": float(flow.loss[-1] - L_star),
             "flow L at window start - L*": float(flow.loss[-window] - L_star),
             "zero blocks at end": zero_block_norms(att, run_a),
-            "seconds": {"attention": run_a.seconds, "MLP": run_m.seconds},
-            "steps per second": {"attention": steps / run_a.seconds, "MLP": steps / run_m.seconds},
+            "seconds (attention and MLP side by side)": run_a.seconds,
+            "steps per second (both models)": steps / run_a.seconds,
         },
         figures=figures,
     )
