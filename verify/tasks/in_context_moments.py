@@ -61,12 +61,13 @@ def _upper_index(n: int) -> np.ndarray:
     return np.maximum(pos, pos.T).reshape(-1)
 
 
-def _upper_products(u: np.ndarray, out: np.ndarray, col: int) -> int:
-    """Write ``u_i u_j`` for ``i <= j`` (:func:`numpy.triu_indices` order) of the rows of ``u`` (B, n) into the
-    columns of ``out`` from ``col`` on; return the column after them."""
+def _upper_products(u: np.ndarray, out: np.ndarray, col: int, scale: np.ndarray | None = None) -> int:
+    """Write ``u_i u_j`` (``(s u_i) u_j`` with ``scale`` ``s`` (B,)) for ``i <= j`` (:func:`numpy.triu_indices`
+    order) of the rows of ``u`` (B, n) into the columns of ``out`` from ``col`` on; return the column after them."""
     n = u.shape[1]
+    left = u if scale is None else scale[:, None] * u
     for i in range(n):
-        np.multiply(u[:, i:i + 1], u[:, i:], out=out[:, col:col + n - i])
+        np.multiply(left[:, i:i + 1], u[:, i:], out=out[:, col:col + n - i])
         col += n - i
     return col
 
@@ -109,7 +110,11 @@ def sample_moments(rng, Lam, N: int, A_rand, total: int, pred: dict, iterate=Non
         seq.add(row)
         x = task.x.reshape(-1, D)
         quad = np.einsum("ti,ij,tj->t", x, A_rand, x)
-        tok.add((quad[:, None, None] * x[:, :, None] * x[:, None, :]).reshape(-1, D * D))
+        # x x^T A x x^T is symmetric: its upper triangle (quad x_i) x_j, i <= j, stands for (i, j) and (j, i)
+        # (the lower entries were (quad x_j) x_i: the same up to the last bit)
+        tok_row = np.empty((x.shape[0], D * (D + 1) // 2))
+        _upper_products(x, tok_row, 0, scale=quad)
+        tok.add(tok_row)
         if seq.n in MARKS or seq.n == total:
             est = seq.result()
             zz_hat = est.mean[full][offsets[4]:offsets[5]].reshape(D * D, D * D)
@@ -123,6 +128,8 @@ def sample_moments(rng, Lam, N: int, A_rand, total: int, pred: dict, iterate=Non
         sl = slice(offsets[i], offsets[i + 1])
         mean[key] = est_seq.mean[sl].reshape(np.shape(pred[key]))
         se[key] = est_seq.se[sl].reshape(np.shape(pred[key]))
+    sym = _upper_index(D)
+    est_tok = MeanEstimate(est_tok.mean[sym], est_tok.se[sym], est_tok.n)
     mean["fourth_moment"] = est_tok.mean.reshape(D, D)
     se["fourth_moment"] = est_tok.se.reshape(D, D)
     return est_seq, est_tok, mean, se, curve_n, curve_err
