@@ -125,21 +125,19 @@ def merged_forward_outputs(Lam, N: int, H: int, B: int, gen) -> dict:
 def train_attention_and_mlp(ctx, Lam, N: int, H: int, v0, U0, *, w_init: float, eta: float, steps: int,
                             batch: int):
     """Online SGD of :class:`~verify.models.linear_attention.MergedLinearAttention` from the
-    eq.-34 draw ``(v0, U0)`` (``*`` blocks of scale ``w_init``), then of the cubic-feature MLP
-    (eq. 6) from the same ``(v0, U0)`` on the same batches. Returns ``(layer, run, mlp run)``."""
+    eq.-34 draw ``(v0, U0)`` (``*`` blocks of scale ``w_init``) and of the cubic-feature MLP
+    (eq. 6) from the same ``(v0, U0)``, side by side on the same batches (drawn once: what a second
+    run from the generator's state after the layer's initialisation would draw). Returns
+    ``(layer, run, mlp run)``; each run's ``seconds`` is that of both."""
     from verify.models.linear_attention import CubicFeatureMLP, MergedLinearAttention, train_online_sgd
 
     D = Lam.shape[0]
     device = ctx.device
     gen = ctx.torch_generator(device)
     att = MergedLinearAttention(D, H, N, device=device).init_(gen, w_init).load_(v0, U0)
-    state = gen.get_state()
-    run_a = train_online_sgd(att, Lam, N, eta=eta, steps=steps, batch=batch, generator=gen,
-                             device=device, iterate=ctx.iterate)
-    gen.set_state(state)  # the MLP sees the same batches
     mlp = CubicFeatureMLP(D, H, device=device).load_(v0, U0)
-    run_m = train_online_sgd(mlp, Lam, N, eta=eta, steps=steps, batch=batch, generator=gen,
-                             device=device, iterate=ctx.iterate)
+    run_a, run_m = train_online_sgd([att, mlp], Lam, N, eta=eta, steps=steps, batch=batch, generator=gen,
+                                    device=device, iterate=ctx.iterate)
     return att, run_a, run_m
 
 

@@ -258,6 +258,32 @@ def flow_staircase(ctx):
 
 
 # -- (d) the implicit solution of the scalar ODE (eq. 70) -------------------------------------
+def _in_v(id: str, printed: bool = False, **fixed):
+    """Record ``id`` as a function of ``v`` alone at the fixed scalar parameters: its emitted numpy function
+    (or printed form) with the arguments validated once and ``v`` alone replaced (``v`` checked by its own
+    parameter), which is what ``theory.get(id)(v=v, printed=printed, **fixed)`` computes after its
+    validation (its domain, where it has one, checked at each ``v``): the same values, without the record's
+    whole validation (about 40 us) at each of the thousands of ``v`` that the integrator and quad ask for."""
+    rec = theory.get(id)
+    if rec.evaluate is not None or rec.derived is not None or rec.length is not None or rec.output != "scalar":
+        return lambda v: float(rec(v=v, printed=printed, **fixed))
+    i = rec.param_names.index("v")
+    fn, param = (rec.printed_function if printed else rec.function)("numpy"), rec.params[i]
+    state = {}
+
+    def f(v):
+        if not state:                                    # the whole validation once, at the first v
+            values, dims = rec.validate(dict(v=v, **fixed))
+            state.update(values=values, dims=dims, args=rec.arguments(values, dims, "numpy"))
+        else:
+            state["values"]["v"] = state["args"][i] = np.float64(param.validate(v, {}))
+            if rec.domain is not None:
+                rec.domain(state["values"], state["dims"])
+        return float(np.asarray(fn(*state["args"]), dtype=np.float64))
+
+    return f
+
+
 @check("linear_attention.separate.scalar_ode_implicit",
        covers=["linear_attention.separate.scalar_ode_time", "linear_attention.separate.scalar_ode_rhs",
                "linear_attention.separate.scalar_ode_integrand", "linear_attention.data.lambda_hat_sq_eigenvalue"],
@@ -277,27 +303,28 @@ def scalar_ode_implicit(ctx):
     closed = np.array([_cf("linear_attention.separate.scalar_ode_time", v=v, v0=v0, lam=lam, a=a, tau=tau)
                        for v in targets])
 
-    def rhs(t, y):
-        return [_cf("linear_attention.separate.scalar_ode_rhs", v=max(y[0], 0.0), lam=lam, a=a, tau=tau)]
+    f_rhs = _in_v("linear_attention.separate.scalar_ode_rhs", lam=lam, a=a, tau=tau)
 
+    def rhs(t, y):
+        return [f_rhs(max(y[0], 0.0))]
+
+    # one solve, an event per target, the last terminal: the steps up to each event are those of a solve
+    # stopped there (the same integrator on the same span), so the same event times as one solve per target
     events = []
     for v in targets:
         def hit(t, y, v=v):
             return y[0] - v
-        hit.terminal = True
         events.append(hit)
-    numeric = []
-    for ev in events:
-        sol = solve_ivp(rhs, [0, 2 * closed[-1]], [v0], events=ev, rtol=1e-12, atol=1e-15, method="LSODA")
-        numeric.append(float(sol.t_events[0][0]))
-    numeric = np.array(numeric)
+    events[-1].terminal = True
+    sol = solve_ivp(rhs, [0, 2 * closed[-1]], [v0], events=events, rtol=1e-12, atol=1e-15, method="LSODA")
+    numeric = np.array([float(te[0]) for te in sol.t_events])
     err = float(np.max(np.abs(closed - numeric) / numeric))
     # the integrand of eq. 70, derived and as printed (v^2 where v^5 belongs), integrated by quadrature
-    integrand = theory.get("linear_attention.separate.scalar_ode_integrand")
+    integrand = {printed: _in_v("linear_attention.separate.scalar_ode_integrand", printed=printed, lam=lam, a=a,
+                                tau=tau) for printed in (False, True)}
 
     def quad_time(printed, v):
-        return quad(lambda u: float(integrand(v=u, lam=lam, a=a, tau=tau, printed=printed)), v0, v, epsrel=1e-12,
-                    epsabs=0.0, limit=400)[0]
+        return quad(integrand[printed], v0, v, epsrel=1e-12, epsabs=0.0, limit=400)[0]
 
     quad_derived = np.array([quad_time(False, v) for v in targets])
     err_integrand = float(np.max(np.abs(quad_derived - numeric) / numeric))
