@@ -130,3 +130,56 @@ def test_stacks_refuse_what_they_cannot_do():
         cf(Lambda=lam, N=15, M=np.zeros((0, 3, 3)))
     with pytest.raises(ValueError, match=r"^tau: arrays of scalar parameters and stacks of matrices \(Lambda\)"):
         theory.get("linear_attention.merged.plateau_time")(Lambda=np.stack([lam, lam]), tau=[1.0, 2.0], w_init=0.01)
+
+
+# -- ClosedForm.of: one scalar parameter varied, the others validated once ----------------------------------
+@pytest.mark.parametrize("cf", RECORDS, ids=lambda cf: cf.id)
+def test_of_one_scalar_parameter_equals_the_full_calls(cf):
+    point = cf.example or sample_params(cf, np.random.default_rng(13))
+    for p in [p for p in cf.params if p.kind in SCALAR_KINDS]:
+        others = {n: v for n, v in point.items() if n != p.name}
+        xs = [float(x) for x in _grid(p, point[p.name], 4)]
+        try:
+            expected = [np.asarray(cf(**others, **{p.name: x})) for x in xs]
+        except ValueError:
+            continue  # the nudged values leave the parameter's domain here
+        f = cf.of(p.name, **others)
+        for x, want in zip(xs, expected):
+            got = np.asarray(f(x))
+            assert got.shape == want.shape, (p.name, got.shape, want.shape)
+            np.testing.assert_array_equal(got, want, err_msg=f"{p.name} = {x}")  # the same arithmetic
+
+
+def test_of_the_printed_form_and_an_array_equal_the_full_calls():
+    cf = theory.get("linear_attention.separate.scalar_ode_integrand")
+    fixed = dict(lam=0.3, a=0.5, tau=1.0)
+    f = cf.of("v", printed=True, **fixed)
+    for v in (0.01, 0.2, 0.5):
+        assert f(v) == cf(printed=True, v=v, **fixed)
+    grid = np.array([0.01, 0.2, 0.5])
+    np.testing.assert_array_equal(f(grid), cf(printed=True, v=grid, **fixed))
+    assert cf(v=0.2, **fixed) != cf(printed=True, v=0.2, **fixed)  # the two forms differ (eq. 70's erratum)
+
+
+def test_of_refuses_bad_input_naming_the_parameter():
+    cf = theory.get("linear_attention.separate.scalar_ode_integrand")
+    fixed = dict(lam=0.3, a=0.5, tau=1.0)
+    with pytest.raises(ValueError, match="^name: .* no parameter 'w'"):
+        cf.of("w", **fixed)
+    with pytest.raises(ValueError, match="^v: the variable"):
+        cf.of("v", v=0.1, **fixed)
+    with pytest.raises(ValueError, match="^name: Lambda .* covariance parameter, not a scalar"):
+        theory.get("linear_attention.data.yq_sq").of("Lambda")
+    f = cf.of("v", **fixed)
+    f(0.1)                                           # validated once here; later values still checked
+    with pytest.raises(ValueError, match="^v: "):
+        f(-0.1)                                      # a positive parameter
+    with pytest.raises(ValueError, match="^v: "):
+        f(float("nan"))
+    v_star = (0.3 / 0.5) ** (1 / 3)
+    with pytest.raises(ValueError):
+        f(2 * v_star)                                # the record's domain (v below the fixed point)
+    with pytest.raises(ValueError):
+        cf(v=2 * v_star, **fixed)                    # as the full call refuses it
+    with pytest.raises(ValueError, match="^lam: "):
+        cf.of("v", lam=-1.0, a=0.5, tau=1.0)(0.1)    # a fixed parameter, at the first call

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import theory
 from verify import Control, Outcome, check
 from verify.settings import Setting
 from verify.stats import evaluate as _cf
@@ -209,30 +210,6 @@ def flow_plateaus(ctx):
 
 
 # -- the first escape from the paper's Gaussian start -----------------------------------------------------------
-def _key_of_V(lam, kd, qd):
-    """``V -> key_component(lam, V, kd, qd)`` (one value per eigen-direction), for the integrand of ``quad``:
-    the other parameters are validated once (with V = 0) and the record's emitted numpy function is then called
-    with V alone replaced (V validated by its own parameter), which is what ``theory.get(KEY)(...)`` computes
-    after its validation: the same values, without the record's whole validation at each of the thousands of V
-    that quad asks for."""
-    import theory
-
-    rec = theory.get(KEY)
-    if (rec.evaluate is not None or rec.derived is not None or rec.length is not None or rec.domain is not None
-            or rec.output != "scalar"):
-        return lambda V: np.asarray(_cf(KEY, lam=lam, V=V, k0=kd, q0=qd), float)
-    values, dims = rec.validate(dict(lam=lam, V=0.0, k0=kd, q0=qd))
-    args = rec.arguments(values, dims, "numpy")
-    i, fn = rec.param_names.index("V"), rec.function("numpy")
-    param, shape = rec.params[i], rec.grid_shape(values)
-
-    def key(V):
-        args[i] = np.float64(param.validate(V, {}))      # V's own check (a finite real), as __call__ makes it
-        return np.broadcast_to(np.asarray(fn(*args), dtype=np.float64), shape)
-
-    return key
-
-
 def linearised_escape(lam, E, v0: float, k0, q0) -> float:
     """The time at which a head's linearised flow (eqs. 64-66) blows up: with V = int v / tau, each
     eigen-component is ``linear_attention.alignment.key_component``, and the conserved ``|k|^2 - v^2`` (eq. 82)
@@ -247,7 +224,7 @@ def linearised_escape(lam, E, v0: float, k0, q0) -> float:
     kd, qd = E.T @ k0, E.T @ q0
     C = float(v0**2 - kd @ kd)
     s = 1.0 if v0 > 0 else -1.0
-    key = _key_of_V(lam, kd, qd)
+    key = theory.get(KEY).of("V", lam=lam, k0=kd, q0=qd)   # validated once: quad asks for thousands of V
 
     def v_sq(V):
         with np.errstate(over="ignore", invalid="ignore"):

@@ -258,32 +258,6 @@ def flow_staircase(ctx):
 
 
 # -- (d) the implicit solution of the scalar ODE (eq. 70) -------------------------------------
-def _in_v(id: str, printed: bool = False, **fixed):
-    """Record ``id`` as a function of ``v`` alone at the fixed scalar parameters: its emitted numpy function
-    (or printed form) with the arguments validated once and ``v`` alone replaced (``v`` checked by its own
-    parameter), which is what ``theory.get(id)(v=v, printed=printed, **fixed)`` computes after its
-    validation (its domain, where it has one, checked at each ``v``): the same values, without the record's
-    whole validation (about 40 us) at each of the thousands of ``v`` that the integrator and quad ask for."""
-    rec = theory.get(id)
-    if rec.evaluate is not None or rec.derived is not None or rec.length is not None or rec.output != "scalar":
-        return lambda v: float(rec(v=v, printed=printed, **fixed))
-    i = rec.param_names.index("v")
-    fn, param = (rec.printed_function if printed else rec.function)("numpy"), rec.params[i]
-    state = {}
-
-    def f(v):
-        if not state:                                    # the whole validation once, at the first v
-            values, dims = rec.validate(dict(v=v, **fixed))
-            state.update(values=values, dims=dims, args=rec.arguments(values, dims, "numpy"))
-        else:
-            state["values"]["v"] = state["args"][i] = np.float64(param.validate(v, {}))
-            if rec.domain is not None:
-                rec.domain(state["values"], state["dims"])
-        return float(np.asarray(fn(*state["args"]), dtype=np.float64))
-
-    return f
-
-
 @check("linear_attention.separate.scalar_ode_implicit",
        covers=["linear_attention.separate.scalar_ode_time", "linear_attention.separate.scalar_ode_rhs",
                "linear_attention.separate.scalar_ode_integrand", "linear_attention.data.lambda_hat_sq_eigenvalue"],
@@ -303,7 +277,8 @@ def scalar_ode_implicit(ctx):
     closed = np.array([_cf("linear_attention.separate.scalar_ode_time", v=v, v0=v0, lam=lam, a=a, tau=tau)
                        for v in targets])
 
-    f_rhs = _in_v("linear_attention.separate.scalar_ode_rhs", lam=lam, a=a, tau=tau)
+    # the record at each v the integrator asks for, validated once (ClosedForm.of): the values of full calls
+    f_rhs = theory.get("linear_attention.separate.scalar_ode_rhs").of("v", lam=lam, a=a, tau=tau)
 
     def rhs(t, y):
         return [f_rhs(max(y[0], 0.0))]
@@ -320,8 +295,9 @@ def scalar_ode_implicit(ctx):
     numeric = np.array([float(te[0]) for te in sol.t_events])
     err = float(np.max(np.abs(closed - numeric) / numeric))
     # the integrand of eq. 70, derived and as printed (v^2 where v^5 belongs), integrated by quadrature
-    integrand = {printed: _in_v("linear_attention.separate.scalar_ode_integrand", printed=printed, lam=lam, a=a,
-                                tau=tau) for printed in (False, True)}
+    integrand = {printed: theory.get("linear_attention.separate.scalar_ode_integrand").of("v", printed=printed, lam=lam,
+                                                                                         a=a, tau=tau)
+                 for printed in (False, True)}
 
     def quad_time(printed, v):
         return quad(integrand[printed], v0, v, epsrel=1e-12, epsabs=0.0, limit=400)[0]

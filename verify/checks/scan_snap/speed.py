@@ -20,6 +20,7 @@ import math
 import numpy as np
 from scipy import integrate, optimize
 
+import theory
 from theory.scan_snap.h import trajectory
 from verify import Control, Outcome, check
 from verify.flows.scan_snap import h_numpy
@@ -34,37 +35,6 @@ def _zipped(ctx, *names: str) -> list[tuple]:
 
 def _column(cases, j: int) -> tuple:
     return tuple(c[j] for c in cases)
-
-
-def _in_t(id: str, **fixed):
-    """Record ``id`` as a function of a scalar ``t`` alone at the fixed parameters: after the record's whole
-    validation at the first ``t``, its ``evaluate`` (or emitted numpy function) at the validated values with
-    ``t`` alone replaced (``t`` checked by its own parameter, the record's domain at each ``t``), which is what
-    ``theory.get(id)(t=t, **fixed)`` computes after its validation: the same values, without that
-    validation (about 40 us) at each of the thousands of ``t`` that quad asks for."""
-    import theory
-
-    rec = theory.get(id)
-    if rec.derived is not None or rec.length is not None or rec.output != "scalar":
-        return lambda t: _cf(id, t=t, **fixed)
-    i, param, state = rec.param_names.index("t"), rec.params[rec.param_names.index("t")], {}
-
-    def f(t):
-        if not state:
-            values, dims = rec.validate(dict(t=t, **fixed))
-            state.update(values=values, dims=dims,
-                         args=None if rec.evaluate is not None else rec.arguments(values, dims, "numpy"))
-        else:
-            state["values"]["t"] = np.float64(param.validate(t, {}))
-            if state["args"] is not None:
-                state["args"][i] = state["values"]["t"]
-            if rec.domain is not None:
-                rec.domain(state["values"], state["dims"])
-        out = (rec.evaluate("numpy", state["values"], state["dims"]) if state["args"] is None
-               else rec.function("numpy")(*state["args"]))
-        return float(np.asarray(out, dtype=np.float64))
-
-    return f
 
 
 # =====================================================================================
@@ -92,7 +62,7 @@ def gamma_integral(ctx):
     cases = _zipped(ctx, "M", "K", "eta_Y", "eta_Z")
     rel, ctrl, peak_err, details = 0.0, 0.0, 0.0, {}
     for M, K, eta, etaZ in cases:
-        g = _in_t("scan_snap.speed.gamma", M=M, K=K, eta_Y=eta)
+        g = theory.get("scan_snap.speed.gamma").of("t", M=M, K=K, eta_Y=eta)   # validated once (ClosedForm.of)
         tp = K * math.log(M) / eta if M > 1 else K / eta
         ends = tp * np.array([0.1, 1.0, 10.0, 1e3, 1e6])
         # quadrature on log-spaced panels (gamma is smooth; the tail decays like ln t/t)
