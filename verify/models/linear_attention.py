@@ -859,31 +859,15 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     loop = range(1, steps + 1)
     if iterate is not None:
         loop = iterate(loop, "online SGD")
+    # every gradient in closed form: a step needs no autograd at all, and inference mode skips its dispatch (the
+    # same kernels, the same numbers; about a tenth of a small layer's step); the batch losses it keeps for the
+    # log are inference tensors, read only by torch.stack
+    step_mode = torch.inference_mode if all(manual) else contextlib.nullcontext
     with cpu_threads(threads if device.type == "cpu" else None):
         for k in loop:
-            drawn = dict(zip(n_drawn, _draw_token_variants(N, batch, generator, device, dtype, chol, w_fixed,
-                                                              n_drawn)))
-            if next_token:                                  # every label, the query's included
-                for X, y_q, _ in drawn.values():
-                    X[:, -1, -1] = y_q
-            losses, auto, views, grads = [], [], [], []
-            for m, man, n in zip(models, manual, n_fixed):
-                X, y_q, _ = drawn[n]
-                if man:
-                    loss, v, g = m.next_token_gradients(X) if next_token else m.mse_gradients(X, y_q)
-                    views += v
-                    grads += g
-                else:
-                    loss = torch.mean(((X[:, -1, 1:] - next_token_predictions(m, X)) if next_token
-                                       else (y_q - m.predict(X))) ** 2)
-                    auto.append(loss)
-                losses.append(loss)
-            if auto:
-                # the other models' gradients from one pass of the autograd engine (the models share no
-                # parameter: each gradient is that model's alone, the same numbers as a backward() each)
-                views += params
-                grads += torch.autograd.grad(auto, params, allow_unused=True)
-            _sgd_update(views, grads, eta)
+            with step_mode():
+                losses = _online_sgd_step(models, manual, params, n_fixed, n_drawn, N, batch, generator, device,
+                                          dtype, chol, w_fixed, eta, next_token)
             if k % log_every == 0 or k == steps:
                 for lg, loss in zip(logs, losses):
                     lg.log(k, loss.detach())
@@ -895,6 +879,36 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     population = (lambda Lambda, N, M: next_token_population_loss(Lambda, N, M)) if next_token else loss_cf
     out = [lg.result(population, lam, N, eta, batch, seconds) for lg in logs]
     return out if several else out[0]
+
+
+def _online_sgd_step(models, manual, params, n_fixed, n_drawn, N, batch, generator, device, dtype, chol, w_fixed,
+                     eta, next_token) -> list:
+    """One step of :func:`train_online_sgd` on validated arguments: draw the batches, take every model's loss and
+    gradient, update; returns the batch losses (tensors)."""
+    drawn = dict(zip(n_drawn, _draw_token_variants(N, batch, generator, device, dtype, chol, w_fixed,
+                                                      n_drawn)))
+    if next_token:                                  # every label, the query's included
+        for X, y_q, _ in drawn.values():
+            X[:, -1, -1] = y_q
+    losses, auto, views, grads = [], [], [], []
+    for m, man, n in zip(models, manual, n_fixed):
+        X, y_q, _ = drawn[n]
+        if man:
+            loss, v, g = m.next_token_gradients(X) if next_token else m.mse_gradients(X, y_q)
+            views += v
+            grads += g
+        else:
+            loss = torch.mean(((X[:, -1, 1:] - next_token_predictions(m, X)) if next_token
+                               else (y_q - m.predict(X))) ** 2)
+            auto.append(loss)
+        losses.append(loss)
+    if auto:
+        # the other models' gradients from one pass of the autograd engine (the models share no
+        # parameter: each gradient is that model's alone, the same numbers as a backward() each)
+        views += params
+        grads += torch.autograd.grad(auto, params, allow_unused=True)
+    _sgd_update(views, grads, eta)
+    return losses
 
 
 def sgd_step(params: list, eta: float) -> None:
