@@ -869,8 +869,7 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
                 losses = _online_sgd_step(models, manual, params, n_fixed, n_drawn, N, batch, generator, device,
                                           dtype, chol, w_fixed, eta, next_token)
             if k % log_every == 0 or k == steps:
-                for lg, loss in zip(logs, losses):
-                    lg.log(k, loss.detach())
+                _RunLog.log_all(logs, k, losses)
                 if callback is not None:
                     callback(k)
         for lg in logs:
@@ -992,6 +991,22 @@ class _RunLog:
         self.rows += 1
         self.step.append(k)
         self.pending.append(batch_loss)
+
+    @staticmethod
+    @torch.no_grad()
+    def log_all(logs: list, k: int, losses: list) -> None:
+        """:meth:`log` of every model trained side by side at step ``k`` (``losses``: their batch losses as
+        tensors), the parameters of all copied by one fused call."""
+        for lg in logs:
+            if lg.buffers and lg.rows == lg.buffers[0].shape[0]:
+                lg.reduce()
+        dst = [b[lg.rows] for lg in logs for b in lg.buffers]
+        if dst:
+            torch._foreach_copy_(dst, [p for lg in logs for p in lg.params])
+        for lg, loss in zip(logs, losses):
+            lg.rows += 1
+            lg.step.append(k)
+            lg.pending.append(loss.detach())
 
     @torch.no_grad()
     def reduce(self) -> None:
