@@ -863,8 +863,8 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     if iterate is not None:
         loop = iterate(loop, "online SGD")
     # every gradient in closed form: a step needs no autograd at all, and inference mode skips its dispatch (the
-    # same kernels, the same numbers; about a tenth of a small layer's step); the batch losses it keeps for the
-    # log are inference tensors, read only by torch.stack
+    # same kernels, the same numbers); the batch losses it keeps for the log are inference tensors, read only by
+    # torch.stack
     step_mode = torch.inference_mode if all(manual) else contextlib.nullcontext
     with cpu_threads(threads if device.type == "cpu" else None):
         for k in loop:
