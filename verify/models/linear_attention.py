@@ -209,10 +209,13 @@ def _draw_token_variants(N: int, batch: int, generator, device, dtype, chol: tor
         if n:
             w[:n] = w_fixed
         if first is None:
-            y = torch.bmm(w.unsqueeze(1), xT).squeeze(1)     # (B, N+1), y_n = w^T x_n (a strided sum took 5x longer)
-            y_q = y[:, N].clone()
-            y[:, N] = 0.0                                    # the query's label slot
-            first = made[n] = TokenBatch(torch.cat([xT, y.unsqueeze(1)], dim=1), y_q, w)
+            X = torch.empty((batch, D + 1, N + 1), dtype=dtype, device=device)
+            X[:, :D].copy_(xT)
+            # the labels y_n = w^T x_n into the last row (a strided sum took 5x longer than the batched product)
+            torch.bmm(w.unsqueeze(1), xT, out=X[:, D:])
+            y_q = X[:, D, N].clone()
+            X[:, D, N] = 0.0                                 # the query's label slot
+            first = made[n] = TokenBatch(X, y_q, w)
             n_first = n
             continue
         # a further portion: the first batch with the labels of the sequences whose task vector differs
@@ -421,7 +424,7 @@ class MergedLinearAttention(nn.Module):
         loss = torch.mean(diff.square())
         r = diff * (-2.0 / B)                                                 # dL/dyhat
         vals = torch.einsum("hc,bcn->bhn", w, X)                             # row D of W^V_i X
-        d_scores = torch.ops.aten._softmax_backward_data(r[:, None, None] * vals, p, -1, p.dtype)   # (B, H, N+1)
+        d_scores = torch._softmax_backward_data(r[:, None, None] * vals, p, -1, p.dtype)   # (B, H, N+1)
         d_kq = d_scores @ X.mT                                                # (B, H, D+1)
         d_WKQ = (d_kq.reshape(B, H * d).T @ x_q).reshape(H, d, d)
         return loss, [w, self.WKQ], [(r @ attended).reshape(H, d), d_WKQ]
@@ -536,7 +539,7 @@ def _mse_value_query_gradient(X: torch.Tensor, y_q: torch.Tensor, T: torch.Tenso
     B, d = X.shape[0], D + 1
     x_q = X[:, :, -1]
     gram = (X @ X.mT).reshape(B, d * d)
-    diff = y_q - (X[:, D, -1] + ((gram @ T) * x_q).sum(-1) / rho)
+    diff = y_q - (x_q[:, D] + ((gram @ T) * x_q).sum(-1) / rho)
     loss = torch.mean(diff.square())
     return loss, gram.T @ ((diff * (-2.0 / (B * rho))).unsqueeze(-1) * x_q)
 
@@ -859,34 +862,17 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     loop = range(1, steps + 1)
     if iterate is not None:
         loop = iterate(loop, "online SGD")
+    # every gradient in closed form: a step needs no autograd at all, and inference mode skips its dispatch (the
+    # same kernels, the same numbers); the batch losses it keeps for the log are inference tensors, read only by
+    # torch.stack
+    step_mode = torch.inference_mode if all(manual) else contextlib.nullcontext
     with cpu_threads(threads if device.type == "cpu" else None):
         for k in loop:
-            drawn = dict(zip(n_drawn, _draw_token_variants(N, batch, generator, device, dtype, chol, w_fixed,
-                                                              n_drawn)))
-            if next_token:                                  # every label, the query's included
-                for X, y_q, _ in drawn.values():
-                    X[:, -1, -1] = y_q
-            losses, auto, views, grads = [], [], [], []
-            for m, man, n in zip(models, manual, n_fixed):
-                X, y_q, _ = drawn[n]
-                if man:
-                    loss, v, g = m.next_token_gradients(X) if next_token else m.mse_gradients(X, y_q)
-                    views += v
-                    grads += g
-                else:
-                    loss = torch.mean(((X[:, -1, 1:] - next_token_predictions(m, X)) if next_token
-                                       else (y_q - m.predict(X))) ** 2)
-                    auto.append(loss)
-                losses.append(loss)
-            if auto:
-                # the other models' gradients from one pass of the autograd engine (the models share no
-                # parameter: each gradient is that model's alone, the same numbers as a backward() each)
-                views += params
-                grads += torch.autograd.grad(auto, params, allow_unused=True)
-            _sgd_update(views, grads, eta)
+            with step_mode():
+                losses = _online_sgd_step(models, manual, params, n_fixed, n_drawn, N, batch, generator, device,
+                                          dtype, chol, w_fixed, eta, next_token)
             if k % log_every == 0 or k == steps:
-                for lg, loss in zip(logs, losses):
-                    lg.log(k, loss.detach())
+                _RunLog.log_all(logs, k, losses)
                 if callback is not None:
                     callback(k)
         for lg in logs:
@@ -895,6 +881,36 @@ def train_online_sgd(model, Lambda, N: int, *, eta: float, steps: int, batch: in
     population = (lambda Lambda, N, M: next_token_population_loss(Lambda, N, M)) if next_token else loss_cf
     out = [lg.result(population, lam, N, eta, batch, seconds) for lg in logs]
     return out if several else out[0]
+
+
+def _online_sgd_step(models, manual, params, n_fixed, n_drawn, N, batch, generator, device, dtype, chol, w_fixed,
+                     eta, next_token) -> list:
+    """One step of :func:`train_online_sgd` on validated arguments: draw the batches, take every model's loss and
+    gradient, update; returns the batch losses (tensors)."""
+    drawn = dict(zip(n_drawn, _draw_token_variants(N, batch, generator, device, dtype, chol, w_fixed,
+                                                      n_drawn)))
+    if next_token:                                  # every label, the query's included
+        for X, y_q, _ in drawn.values():
+            X[:, -1, -1] = y_q
+    losses, auto, views, grads = [], [], [], []
+    for m, man, n in zip(models, manual, n_fixed):
+        X, y_q, _ = drawn[n]
+        if man:
+            loss, v, g = m.next_token_gradients(X) if next_token else m.mse_gradients(X, y_q)
+            views += v
+            grads += g
+        else:
+            loss = torch.mean(((X[:, -1, 1:] - next_token_predictions(m, X)) if next_token
+                               else (y_q - m.predict(X))) ** 2)
+            auto.append(loss)
+        losses.append(loss)
+    if auto:
+        # the other models' gradients from one pass of the autograd engine (the models share no
+        # parameter: each gradient is that model's alone, the same numbers as a backward() each)
+        views += params
+        grads += torch.autograd.grad(auto, params, allow_unused=True)
+    _sgd_update(views, grads, eta)
+    return losses
 
 
 def sgd_step(params: list, eta: float) -> None:
@@ -978,6 +994,22 @@ class _RunLog:
         self.rows += 1
         self.step.append(k)
         self.pending.append(batch_loss)
+
+    @staticmethod
+    @torch.no_grad()
+    def log_all(logs: list, k: int, losses: list) -> None:
+        """:meth:`log` of every model trained side by side at step ``k`` (``losses``: their batch losses as
+        tensors), the parameters of all copied by one fused call."""
+        for lg in logs:
+            if lg.buffers and lg.rows == lg.buffers[0].shape[0]:
+                lg.reduce()
+        dst = [b[lg.rows] for lg in logs for b in lg.buffers]
+        if dst:
+            torch._foreach_copy_(dst, [p for lg in logs for p in lg.params])
+        for lg, loss in zip(logs, losses):
+            lg.rows += 1
+            lg.step.append(k)
+            lg.pending.append(loss.detach() if loss.requires_grad else loss)
 
     @torch.no_grad()
     def reduce(self) -> None:

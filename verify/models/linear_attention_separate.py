@@ -221,7 +221,7 @@ class SeparateLinearAttention(nn.Module):
         diff = y_q - (X[:, D, -1] + (vals * p).sum((0, 2)))
         loss = torch.mean(diff.square())
         r = (diff * (-2.0 / B)).unsqueeze(-1)                                       # dL/dyhat, (B, 1)
-        d_scores = torch.ops.aten._softmax_backward_data(r * vals, p, -1, p.dtype)
+        d_scores = torch._softmax_backward_data(r * vals, p, -1, p.dtype)
         if R > 1:
             d_scores = d_scores.unsqueeze(1).expand(H, R, B, n1).reshape(HR, B, n1)
         d_qp = (d_scores * keys).sum(-1)                                            # (HR, B)
