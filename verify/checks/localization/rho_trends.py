@@ -220,9 +220,10 @@ def fig5_trend(ctx):
     0-19: 20/20 pass; weakest z 8.7-12.6 (worst discrepancy/tolerance 0.631, seed 10); control 59-63
     (expected about 63). PR at seed 0, isotropic (anisotropic), scale 0.01: 40.0 (40.0), 30.5 (25.6),
     21.5 (19.8), 8.9 (6.6) for means 0, 0.01, 0.1, 0.5; the Gaussian approximation within 0.03
-    (isotropic) and 0.044 (anisotropic) of rho_MC. 0.6 s of one core (0.7 s with a product by the identity Cholesky factor at
-    Sigma = I; 1.0 s before the Gaussian approximation was evaluated at every i in one call). Full profile (10 x 3000 walks),
-    seeds 0-1: pass, weakest z 35.8 and 34.5, control 195 (expected 196).
+    (isotropic) and 0.044 (anisotropic) of rho_MC. 0.6 s of one core (0.7 s with a product by the identity
+    Cholesky factor at Sigma = I; 1.0 s before the Gaussian approximation was evaluated at every i in one
+    call). Full profile (10 x 3000 walks), seeds 0-1: pass, weakest z 35.8 and 34.5, control 195 (expected
+    196).
     """
     z_all, exp_all, measured, details, figures, n_pairs = [], [], {}, {}, {}, 0
     T = ctx.setting("T")
