@@ -51,7 +51,7 @@ __all__ = ["SequenceClasses", "syn_small", "syn_medium", "single_common", "atten
            "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
            "OneLayerTransformer", "train_transformer", "train_transformer_side_by_side", "dt_entropy",
            "side_by_side_rates", "side_by_side_parameters", "side_by_side_stack", "side_by_side_mix",
-           "side_by_side_step", "StackedSGD"]
+           "side_by_side_step", "StackedSGD", "StackedAdam"]
 
 
 @dataclass(frozen=True)
@@ -474,14 +474,17 @@ def side_by_side_parameters(start: dict, optimizer, **options):
     makes every run's own update. Returns ``({name: [leaf per run]}, optimizer)``; a step stacks the leaves
     (:func:`side_by_side_stack`), so the runs' summed losses give each leaf its own gradient.
 
-    ``torch.optim.SGD`` (``momentum`` and ``dampening`` its only options) is replaced by :class:`StackedSGD`:
-    one leaf per name with the runs stacked on a leading axis (``{name: (R, ...) leaf}``), and SGD's
-    arithmetic run by run on its slices (the same numbers without torch's per-group machinery, the stacking
-    and its backward pass)."""
-    if optimizer is torch.optim.SGD and set(options) <= {"momentum", "dampening"}:
+    ``torch.optim.SGD`` (``momentum`` and ``dampening`` its only options) is replaced by :class:`StackedSGD`,
+    ``torch.optim.Adam`` (``betas`` and ``eps`` its only options) by :class:`StackedAdam`: one leaf per name
+    with the runs stacked on a leading axis (``{name: (R, ...) leaf}``), and the optimiser's arithmetic run by
+    run on its slices (the same numbers without torch's per-group machinery, the stacking and its backward
+    pass)."""
+    stacked = {torch.optim.SGD: (StackedSGD, {"momentum", "dampening"}),
+               torch.optim.Adam: (StackedAdam, {"betas", "eps"})}.get(optimizer)
+    if stacked is not None and set(options) <= stacked[1]:
         runs = {k: value.detach().clone().unsqueeze(0).repeat(len(lrs), *[1] * value.ndim).requires_grad_(True)
                 for k, (value, lrs) in start.items()}
-        return runs, StackedSGD(runs, {k: lrs for k, (_, lrs) in start.items()}, **options)
+        return runs, stacked[0](runs, {k: lrs for k, (_, lrs) in start.items()}, **options)
     runs = {k: [value.clone().requires_grad_(True) for _ in lrs] for k, (value, lrs) in start.items()}
     groups = [{"params": [p], "lr": lr} for k, (_, lrs) in start.items() for p, lr in zip(runs[k], lrs)]
     return runs, optimizer(groups, **options)
@@ -524,6 +527,35 @@ class StackedSGD:
                     grad = buf
                 for r, lr in enumerate(self.lrs[k]):
                     p[r].add_(grad[r], alpha=-lr)
+
+
+class StackedAdam(StackedSGD):
+    """``torch.optim.Adam`` (CPU: its single-tensor update; no weight decay, no amsgrad) on parameters stacked
+    over runs, a learning rate per run: ``params`` maps a name to an (R, ...) leaf, ``lrs`` to its R learning
+    rates. Each step repeats torch's update on each run's slice, with its calls in its order (``lerp_``,
+    ``mul_``/``addcmul_``, the bias corrections as Python floats of the step count, ``sqrt() / c2 + eps``,
+    ``addcdiv_``): the numbers of one Adam per run, to the bit."""
+
+    def __init__(self, params: dict, lrs: dict, betas=(0.9, 0.999), eps: float = 1e-8):
+        super().__init__(params, lrs)
+        self.beta1, self.beta2 = (float(b) for b in betas)
+        self.eps, self.steps = float(eps), 0
+        self.exp_avg = {k: torch.zeros_like(p.detach()) for k, p in params.items()}
+        self.exp_avg_sq = {k: torch.zeros_like(p.detach()) for k, p in params.items()}
+
+    def step(self):
+        self.steps += 1
+        step, beta1, beta2, eps = float(self.steps), self.beta1, self.beta2, self.eps
+        bias_correction1, bias_correction2 = 1 - beta1 ** step, 1 - beta2 ** step
+        bias_correction2_sqrt = bias_correction2 ** 0.5
+        with torch.no_grad():
+            for k, p in self.params.items():
+                grad, m, v = p.grad, self.exp_avg[k], self.exp_avg_sq[k]
+                for r, lr in enumerate(self.lrs[k]):
+                    m[r].lerp_(grad[r], 1 - beta1)
+                    v[r].mul_(beta2).addcmul_(grad[r], grad[r], value=1 - beta2)
+                    denom = (v[r].sqrt() / bias_correction2_sqrt).add_(eps)
+                    p[r].addcdiv_(m[r], denom, value=-(lr / bias_correction1))
 
 
 def side_by_side_mix(scores, context, M: int):
