@@ -51,7 +51,7 @@ __all__ = ["SequenceClasses", "syn_small", "syn_medium", "single_common", "atten
            "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
            "OneLayerTransformer", "train_transformer", "train_transformer_side_by_side", "dt_entropy",
            "side_by_side_rates", "side_by_side_parameters", "side_by_side_stack", "side_by_side_mix",
-           "side_by_side_step", "StackedSGD", "StackedAdam"]
+           "side_by_side_step", "StackedSGD", "StackedAdam", "PlainSGD"]
 
 
 @dataclass(frozen=True)
@@ -527,6 +527,37 @@ class StackedSGD:
                     grad = buf
                 for r, lr in enumerate(self.lrs[k]):
                     p[r].add_(grad[r], alpha=-lr)
+
+
+class PlainSGD:
+    """``torch.optim.SGD`` (CPU: its single-tensor update; no weight decay, no Nesterov) on a list of
+    parameters with one learning rate: the momentum buffer is the gradient at the first step, then ``buf =
+    momentum buf + (1 - dampening) grad``; ``p += -lr buf`` (``add_`` with ``alpha = -lr``, torch's own call).
+    The same numbers without torch's optimiser machinery (whose first use in a process also imports
+    ``torch._dynamo``, about a CPU-second)."""
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0):
+        self.params, self.lr = list(params), float(lr)
+        self.momentum, self.dampening = float(momentum), float(dampening)
+        self.buffers: list = [None] * len(self.params)
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        with torch.no_grad():
+            for i, p in enumerate(self.params):
+                grad = p.grad
+                if grad is None:
+                    continue
+                if self.momentum != 0:
+                    if self.buffers[i] is None:
+                        self.buffers[i] = torch.clone(grad).detach()
+                    else:
+                        self.buffers[i].mul_(self.momentum).add_(grad, alpha=1 - self.dampening)
+                    grad = self.buffers[i]
+                p.add_(grad, alpha=-self.lr)
 
 
 class StackedAdam(StackedSGD):
