@@ -244,7 +244,9 @@ def flat_gradient(flat, params, clip: float | None = None, *, loss=None, out=Non
     grads = torch.autograd.grad(loss, params) if loss is not None else [p.grad for p in params]
     g = torch.cat([g.reshape(-1) for g in grads], out=out)
     if clip is not None:
-        g.mul_(torch.clamp(clip / (nn.utils.get_total_norm(grads, 2.0) + 1e-6), max=1.0))
+        # nn.utils.get_total_norm(grads, 2.0)'s calls on tensors of one device and dtype (without its grouping)
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+        g.mul_(torch.clamp(clip / (total + 1e-6), max=1.0))
     if loss is None:
         flat.grad = g
         for p in params:
