@@ -707,8 +707,8 @@ if nn is not None:
         """
         if batches is not None and len(batches) != steps:
             raise ValueError(f"batches: expected {steps} batches (one per step), got {len(batches)}")
-        opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eta_Y, momentum=momentum)
-        opt_z = torch.optim.SGD(model.attention_parameters(), lr=eta_Z, momentum=momentum)
+        opt_y = PlainSGD(model.decoder_parameters(), lr=eta_Y, momentum=momentum)   # torch.optim.SGD's arithmetic
+        opt_z = PlainSGD(model.attention_parameters(), lr=eta_Z, momentum=momentum)
         losses, rec_steps, cs = [], [0], [classes.attention(model.logit_matrices()[1])]
         for s in range(steps):
             context, query, label, _ = classes.sample(batch, T, generator) if batches is None else batches[s]
