@@ -44,8 +44,10 @@ import numpy as np
 try:
     import torch
     from torch import nn
+    from torch.optim.adam import adam as functional_adam        # torch's Adam and SGD without the Optimizer class
+    from torch.optim.sgd import sgd as functional_sgd
 except ImportError:  # pragma: no cover
-    torch = nn = None
+    torch = nn = functional_adam = functional_sgd = None
 
 __all__ = ["SequenceClasses", "syn_small", "syn_medium", "single_common", "attention_velocity", "shared_query_velocity",
            "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
@@ -530,11 +532,12 @@ class StackedSGD:
 
 
 class PlainSGD:
-    """``torch.optim.SGD`` (CPU: its single-tensor update; no weight decay, no Nesterov) on a list of
-    parameters with one learning rate: the momentum buffer is the gradient at the first step, then ``buf =
-    momentum buf + (1 - dampening) grad``; ``p += -lr buf`` (``add_`` with ``alpha = -lr``, torch's own call).
-    The same numbers without torch's optimiser machinery (whose first use in a process also imports
-    ``torch._dynamo``, about a CPU-second)."""
+    """torch's functional SGD (``torch.optim.sgd.sgd``, ``foreach=False``: what ``torch.optim.SGD`` runs on
+    the CPU; no weight decay, no Nesterov) on a list of parameters with one learning rate: torch's own
+    arithmetic (the momentum buffer is the gradient at the first step, then ``buf = momentum buf +
+    (1 - dampening) grad``; ``p += -lr buf``), without the Optimizer's per-step bookkeeping (whose first
+    use in a process also imports ``torch._dynamo``, about a CPU-second). This class only holds the state
+    (the momentum buffers, the learning rate); parameters without a gradient are skipped, as torch does."""
 
     def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0):
         self.params, self.lr = list(params), float(lr)
@@ -546,47 +549,45 @@ class PlainSGD:
             p.grad = None
 
     def step(self):
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        buffers = [self.buffers[i] for i in live]
         with torch.no_grad():
-            for i, p in enumerate(self.params):
-                grad = p.grad
-                if grad is None:
-                    continue
-                if self.momentum != 0:
-                    if self.buffers[i] is None:
-                        self.buffers[i] = torch.clone(grad).detach()
-                    else:
-                        self.buffers[i].mul_(self.momentum).add_(grad, alpha=1 - self.dampening)
-                    grad = self.buffers[i]
-                p.add_(grad, alpha=-self.lr)
+            functional_sgd([self.params[i] for i in live], [self.params[i].grad for i in live], buffers,
+                           foreach=False, weight_decay=0.0, momentum=self.momentum, lr=self.lr,
+                           dampening=self.dampening, nesterov=False, maximize=False)
+        if self.momentum != 0:
+            for i, buf in zip(live, buffers):          # torch's sgd creates the buffers at the first step
+                self.buffers[i] = buf
 
 
 class StackedAdam(StackedSGD):
-    """``torch.optim.Adam`` (CPU: its single-tensor update; no weight decay, no amsgrad) on parameters stacked
-    over runs, a learning rate per run: ``params`` maps a name to an (R, ...) leaf, ``lrs`` to its R learning
-    rates. Each step repeats torch's update on each run's slice, with its calls in its order (``lerp_``,
-    ``mul_``/``addcmul_``, the bias corrections as Python floats of the step count, ``sqrt() / c2 + eps``,
-    ``addcdiv_``): the numbers of one Adam per run, to the bit."""
+    """torch's functional Adam (``torch.optim.adam.adam``, ``foreach=False``: what ``torch.optim.Adam`` runs
+    on the CPU; no weight decay, no amsgrad) on parameters stacked over runs, a learning rate per run:
+    ``params`` maps a name to an (R, ...) leaf, ``lrs`` to its R learning rates. Each step is one call of
+    torch's own arithmetic per learning rate, on the slices of the runs that have it (each slice with its
+    own moments and its own step count, a float tensor as torch's), without the Optimizer's per-step
+    bookkeeping: the numbers of one Adam per run, to the bit. This class only holds the state."""
 
     def __init__(self, params: dict, lrs: dict, betas=(0.9, 0.999), eps: float = 1e-8):
         super().__init__(params, lrs)
         self.beta1, self.beta2 = (float(b) for b in betas)
-        self.eps, self.steps = float(eps), 0
+        self.eps = float(eps)
         self.exp_avg = {k: torch.zeros_like(p.detach()) for k, p in params.items()}
         self.exp_avg_sq = {k: torch.zeros_like(p.detach()) for k, p in params.items()}
+        self.state_steps = {k: [torch.tensor(0.0, dtype=torch.float32) for _ in self.lrs[k]] for k in params}
+        self.groups: dict = {}                      # learning rate -> the (name, run) slices that have it
+        for k in params:
+            for r, lr in enumerate(self.lrs[k]):
+                self.groups.setdefault(lr, []).append((k, r))
 
     def step(self):
-        self.steps += 1
-        step, beta1, beta2, eps = float(self.steps), self.beta1, self.beta2, self.eps
-        bias_correction1, bias_correction2 = 1 - beta1 ** step, 1 - beta2 ** step
-        bias_correction2_sqrt = bias_correction2 ** 0.5
         with torch.no_grad():
-            for k, p in self.params.items():
-                grad, m, v = p.grad, self.exp_avg[k], self.exp_avg_sq[k]
-                for r, lr in enumerate(self.lrs[k]):
-                    m[r].lerp_(grad[r], 1 - beta1)
-                    v[r].mul_(beta2).addcmul_(grad[r], grad[r], value=1 - beta2)
-                    denom = (v[r].sqrt() / bias_correction2_sqrt).add_(eps)
-                    p[r].addcdiv_(m[r], denom, value=-(lr / bias_correction1))
+            for lr, slices in self.groups.items():
+                functional_adam(
+                    [self.params[k][r] for k, r in slices], [self.params[k].grad[r] for k, r in slices],
+                    [self.exp_avg[k][r] for k, r in slices], [self.exp_avg_sq[k][r] for k, r in slices], [],
+                    [self.state_steps[k][r] for k, r in slices], foreach=False, amsgrad=False,
+                    beta1=self.beta1, beta2=self.beta2, lr=lr, weight_decay=0.0, eps=self.eps, maximize=False)
 
 
 def side_by_side_mix(scores, context, M: int):
@@ -707,7 +708,7 @@ if nn is not None:
         """
         if batches is not None and len(batches) != steps:
             raise ValueError(f"batches: expected {steps} batches (one per step), got {len(batches)}")
-        opt_y = PlainSGD(model.decoder_parameters(), lr=eta_Y, momentum=momentum)   # torch.optim.SGD's arithmetic
+        opt_y = PlainSGD(model.decoder_parameters(), lr=eta_Y, momentum=momentum)   # torch's functional SGD
         opt_z = PlainSGD(model.attention_parameters(), lr=eta_Z, momentum=momentum)
         losses, rec_steps, cs = [], [0], [classes.attention(model.logit_matrices()[1])]
         for s in range(steps):

@@ -338,7 +338,7 @@ def torch_eq10(ctx):
             steps = int(ctx.setting("horizon") * t0)
             g = ctx.torch_generator()
             model = OneLayerTransformer(M, init="zero", generator=g)
-            opt_y = PlainSGD(model.decoder_parameters(), lr=eta_Y)          # torch.optim.SGD's arithmetic
+            opt_y = PlainSGD(model.decoder_parameters(), lr=eta_Y)          # torch's functional SGD
             opt_z = PlainSGD(model.attention_parameters(), lr=eta_Z)
             zrow, zl, f2, gam = [np.zeros(M)], [0.0], [], []
             Y, Z = model.logit_matrices()
