@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import theory  # noqa: E402
 from verify.models.localization import signal_propagation_frequency  # noqa: E402
-from verify.models.localization_lm import (PostLNTransformerLM, evaluate, flat_gradient,  # noqa: E402
+from verify.models.localization_lm import (FlatAdamW, PostLNTransformerLM, evaluate, flat_gradient,  # noqa: E402
                                            flat_parameters, train_locater_lm)
 from verify.tasks.text_corpus import Corpus  # noqa: E402
 
@@ -180,3 +180,29 @@ def test_flat_parameter_steps_equal_torch_optimisers_per_parameter(optimiser):
         for a, b in zip(ref.parameters(), flat_model.parameters()):
             torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-7)
     assert not torch.equal(next(ref.parameters()), next(model().parameters()))   # the steps moved them
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_flat_adamw_equals_torch_adamw_to_the_bit(weight_decay):
+    """FlatAdamW on the flat buffer, fed flat_gradient(loss=...), leaves the same parameters to the bit
+    as torch's AdamW (foreach) after .backward() and flat_gradient, step after step."""
+    def model():
+        return PostLNTransformerLM(20, 8, layers=2, T_max=10, generator=torch.Generator().manual_seed(0))
+
+    ref_model, new_model = model(), model()
+    ref_flat, ref_params = flat_parameters(ref_model)
+    flat, params = flat_parameters(new_model)
+    opt_ref = torch.optim.AdamW([ref_flat], lr=1e-2, weight_decay=weight_decay, foreach=True)
+    opt = FlatAdamW(flat, lr=1e-2, weight_decay=weight_decay)
+    buf = torch.empty_like(flat.detach())
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        ids = torch.randint(0, 20, (3, 10), generator=gen)
+        ref_model(ids).square().mean().backward()
+        flat_gradient(ref_flat, ref_params)
+        opt_ref.step()
+        g = flat_gradient(flat, params, loss=new_model(ids).square().mean(), out=buf)
+        assert g.data_ptr() == buf.data_ptr() and all(p.grad is None for p in params)
+        opt.step(g)
+        assert torch.equal(flat, ref_flat)
+    assert not torch.equal(flat, flat_parameters(model())[0])   # the steps moved them

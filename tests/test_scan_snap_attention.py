@@ -261,3 +261,51 @@ def test_stacked_sgd_is_torch_sgd_run_by_run():
         assert stacked.grad is None
     with pytest.raises(ValueError, match="^lrs:"):
         StackedSGD({"W": stacked}, {"W": [0.1, 1.0]})
+
+
+def test_stacked_adam_is_torch_adam_run_by_run():
+    import torch
+
+    from verify.models.scan_snap import StackedAdam
+
+    gen = torch.Generator().manual_seed(8)
+    start = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
+    grads = [torch.randn(3, 5, 7, generator=gen, dtype=torch.float64) for _ in range(6)]
+    lrs = [0.1, 1.0, 7.0]
+    leaves = [start[r].clone().requires_grad_(True) for r in range(3)]
+    ref = torch.optim.Adam([{"params": [p], "lr": lr} for p, lr in zip(leaves, lrs)], betas=(0.8, 0.99), eps=1e-6)
+    stacked = start.clone().requires_grad_(True)
+    opt = StackedAdam({"W": stacked}, {"W": lrs}, betas=(0.8, 0.99), eps=1e-6)
+    for g in grads:
+        for r, p in enumerate(leaves):
+            p.grad = g[r].clone()
+        ref.step()
+        stacked.grad = g.clone()
+        opt.step()
+        assert torch.equal(stacked.detach(), torch.stack([p.detach() for p in leaves]))   # the same arithmetic
+    assert not torch.equal(stacked.detach(), start)
+    with pytest.raises(ValueError, match="^lrs:"):
+        StackedAdam({"W": stacked}, {"W": [0.1, 1.0]})
+
+
+def test_plain_sgd_is_torch_sgd():
+    import torch
+
+    from verify.models.scan_snap import PlainSGD
+
+    gen = torch.Generator().manual_seed(9)
+    starts = [torch.randn(4, 5, generator=gen, dtype=torch.float64), torch.randn(7, generator=gen, dtype=torch.float64)]
+    grads = [[torch.randn(s.shape, generator=gen, dtype=torch.float64) for s in starts] for _ in range(5)]
+    for momentum in (0.0, 0.9):
+        ref_p = [s.clone().requires_grad_(True) for s in starts]
+        new_p = [s.clone().requires_grad_(True) for s in starts]
+        ref, opt = torch.optim.SGD(ref_p, lr=0.7, momentum=momentum), PlainSGD(new_p, lr=0.7, momentum=momentum)
+        for g in grads:
+            for p, q, gi in zip(ref_p, new_p, g):
+                p.grad, q.grad = gi.clone(), gi.clone()
+            ref.step()
+            opt.step()
+            assert all(torch.equal(p.detach(), q.detach()) for p, q in zip(ref_p, new_p))   # the same arithmetic
+        opt.zero_grad()
+        assert all(q.grad is None for q in new_p)
+        assert not torch.equal(new_p[0].detach(), starts[0])

@@ -37,6 +37,7 @@ train_locater_lm          Adam(W) training on a :class:`verify.tasks.text_corpus
 evaluate                  cross-entropy (nats) and perplexity on windows of a split
 flat_parameters           the parameters as views of one buffer (one optimiser pass per step)
 flat_gradient             their gradients into that buffer (clipped as ``clip_grad_norm_``)
+FlatAdamW                 torch's functional AdamW on that buffer, without the Optimizer's per-step bookkeeping
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ from .localization import attention_entropy, eigenspectrum, locater_penalty, sig
 try:
     import torch
     from torch import nn
+    from torch.optim.adamw import adamw as functional_adamw     # torch's AdamW without the Optimizer class
 except ImportError:  # pragma: no cover
-    torch = nn = None
+    torch = nn = functional_adamw = None
 
-__all__ = ["PostLNTransformerLM", "train_locater_lm", "evaluate", "flat_parameters", "flat_gradient"]
+__all__ = ["PostLNTransformerLM", "train_locater_lm", "evaluate", "flat_parameters", "flat_gradient", "FlatAdamW"]
 
 
 def _sinusoidal(T: int, d: int, dtype) -> "torch.Tensor":
@@ -231,16 +233,48 @@ def flat_parameters(model):
     return flat, params
 
 
-def flat_gradient(flat, params, clip: float | None = None) -> None:
+def flat_gradient(flat, params, clip: float | None = None, *, loss=None, out=None):
     """Set ``flat.grad`` (:func:`flat_parameters`) to the gradients of ``params`` laid end to end, and
     clear theirs; with ``clip``, scaled as ``torch.nn.utils.clip_grad_norm_(params, clip)`` scales them
-    (``min(1, clip / (||g||_2 + 1e-6))`` on the norm of all of them together)."""
-    grads = [p.grad for p in params]
-    flat.grad = torch.cat([g.reshape(-1) for g in grads])
+    (``min(1, clip / (||g||_2 + 1e-6))`` on the norm of all of them together).
+
+    With ``loss``, the gradients are those of ``loss`` (``torch.autograd.grad``: the numbers that
+    ``loss.backward()`` would leave in ``params``, without storing them there) and nothing is stored
+    in ``flat.grad``; with ``out`` (a buffer of ``flat``'s size) they are written into it. Returns the
+    flat gradient."""
+    grads = torch.autograd.grad(loss, params) if loss is not None else [p.grad for p in params]
+    g = torch.cat([g.reshape(-1) for g in grads], out=out)
     if clip is not None:
-        flat.grad.mul_(torch.clamp(clip / (nn.utils.get_total_norm(grads, 2.0) + 1e-6), max=1.0))
-    for p in params:
-        p.grad = None
+        # nn.utils.get_total_norm(grads, 2.0)'s calls on tensors of one device and dtype (without its grouping)
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+        g.mul_(torch.clamp(clip / (total + 1e-6), max=1.0))
+    if loss is None:
+        flat.grad = g
+        for p in params:
+            p.grad = None
+    return g
+
+
+class FlatAdamW:
+    """torch's functional AdamW (``torch.optim.adamw.adamw``, ``foreach=True`` as the
+    ``torch.optim.AdamW(..., foreach=True)`` it replaces; Adam's defaults, decoupled weight decay, no
+    amsgrad) on one flat parameter buffer (:func:`flat_parameters`): torch's own arithmetic on the one
+    tensor, without the Optimizer's per-step bookkeeping (parameter groups, state dictionaries): the
+    same parameters to the bit, step after step. This class only holds the state (the moment buffers,
+    the step count as torch's float tensor, the options). ``step(grad)`` takes the flat gradient."""
+
+    def __init__(self, flat, lr: float, weight_decay: float = 0.01, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.param = flat.detach()
+        self.lr, self.weight_decay, self.eps = float(lr), float(weight_decay), float(eps)
+        self.beta1, self.beta2 = (float(b) for b in betas)
+        self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.param), torch.zeros_like(self.param)
+        self.state_step = torch.tensor(0.0, dtype=torch.float32)
+
+    @torch.no_grad()
+    def step(self, grad) -> None:
+        functional_adamw([self.param], [grad], [self.exp_avg], [self.exp_avg_sq], [], [self.state_step],
+                         foreach=True, amsgrad=False, beta1=self.beta1, beta2=self.beta2, lr=self.lr,
+                         weight_decay=self.weight_decay, eps=self.eps, maximize=False)
 
 
 def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 128, layers: int = 1, T: int = 64,
@@ -265,9 +299,11 @@ def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 12
     record_every = validate.integer("record_every", record_every)
     model = PostLNTransformerLM(corpus.vocab_size, d, layers, T, generator=generator).to(device)
     # AdamW is elementwise: one step on the parameters laid end to end in one buffer does the per-parameter
-    # arithmetic (torch's foreach AdamW loops over the 18 tensors on the CPU: 3x the time of the flat step)
+    # arithmetic (torch's foreach AdamW loops over the 18 tensors on the CPU: 3x the time of the flat step);
+    # FlatAdamW is torch's functional AdamW on that buffer, and the gradients go straight into one preallocated buffer
     flat, params = flat_parameters(model)
-    opt = torch.optim.AdamW([flat], lr=lr, weight_decay=weight_decay, foreach=True)
+    opt = FlatAdamW(flat, lr=lr, weight_decay=weight_decay)
+    grad = torch.empty_like(flat.detach())
     keys = ("step", "ce", "penalty", "frobenius_sq", "trace", "variance", "entropy_last", "entropy_all", "rho")
     hist = {k: [] for k in keys}
     reg = bool(kappa1 or kappa2)
@@ -292,9 +328,7 @@ def train_locater_lm(corpus, rng: np.random.Generator, generator, *, d: int = 12
                 hist["rho"].append(signal_propagation_frequency(omega.detach()).cpu().double().numpy().tolist())
         if step == steps:
             break
-        (ce + pen if reg else ce).backward()
-        flat_gradient(flat, params)
-        opt.step()
+        opt.step(flat_gradient(flat, params, loss=ce + pen if reg else ce, out=grad))
     final = eigenspectrum(model.qk(0).detach().cpu().double().numpy())
     final.update(evaluate(model, corpus.split(eval_split), T, eval_windows_max))
     final["blocks"] = [eigenspectrum(model.qk(l).detach().cpu().double().numpy()) for l in range(layers)]

@@ -44,14 +44,16 @@ import numpy as np
 try:
     import torch
     from torch import nn
+    from torch.optim.adam import adam as functional_adam        # torch's Adam and SGD without the Optimizer class
+    from torch.optim.sgd import sgd as functional_sgd
 except ImportError:  # pragma: no cover
-    torch = nn = None
+    torch = nn = functional_adam = functional_sgd = None
 
 __all__ = ["SequenceClasses", "syn_small", "syn_medium", "single_common", "attention_velocity", "shared_query_velocity",
            "integrate_shared_query", "population_run", "population_growth_run", "decoder_run",
            "OneLayerTransformer", "train_transformer", "train_transformer_side_by_side", "dt_entropy",
            "side_by_side_rates", "side_by_side_parameters", "side_by_side_stack", "side_by_side_mix",
-           "side_by_side_step", "StackedSGD"]
+           "side_by_side_step", "StackedSGD", "StackedAdam", "PlainSGD"]
 
 
 @dataclass(frozen=True)
@@ -474,14 +476,17 @@ def side_by_side_parameters(start: dict, optimizer, **options):
     makes every run's own update. Returns ``({name: [leaf per run]}, optimizer)``; a step stacks the leaves
     (:func:`side_by_side_stack`), so the runs' summed losses give each leaf its own gradient.
 
-    ``torch.optim.SGD`` (``momentum`` and ``dampening`` its only options) is replaced by :class:`StackedSGD`:
-    one leaf per name with the runs stacked on a leading axis (``{name: (R, ...) leaf}``), and SGD's
-    arithmetic run by run on its slices (the same numbers without torch's per-group machinery, the stacking
-    and its backward pass)."""
-    if optimizer is torch.optim.SGD and set(options) <= {"momentum", "dampening"}:
+    ``torch.optim.SGD`` (``momentum`` and ``dampening`` its only options) is replaced by :class:`StackedSGD`,
+    ``torch.optim.Adam`` (``betas`` and ``eps`` its only options) by :class:`StackedAdam`: one leaf per name
+    with the runs stacked on a leading axis (``{name: (R, ...) leaf}``), and the optimiser's arithmetic run by
+    run on its slices (the same numbers without torch's per-group machinery, the stacking and its backward
+    pass)."""
+    stacked = {torch.optim.SGD: (StackedSGD, {"momentum", "dampening"}),
+               torch.optim.Adam: (StackedAdam, {"betas", "eps"})}.get(optimizer)
+    if stacked is not None and set(options) <= stacked[1]:
         runs = {k: value.detach().clone().unsqueeze(0).repeat(len(lrs), *[1] * value.ndim).requires_grad_(True)
                 for k, (value, lrs) in start.items()}
-        return runs, StackedSGD(runs, {k: lrs for k, (_, lrs) in start.items()}, **options)
+        return runs, stacked[0](runs, {k: lrs for k, (_, lrs) in start.items()}, **options)
     runs = {k: [value.clone().requires_grad_(True) for _ in lrs] for k, (value, lrs) in start.items()}
     groups = [{"params": [p], "lr": lr} for k, (_, lrs) in start.items() for p, lr in zip(runs[k], lrs)]
     return runs, optimizer(groups, **options)
@@ -524,6 +529,65 @@ class StackedSGD:
                     grad = buf
                 for r, lr in enumerate(self.lrs[k]):
                     p[r].add_(grad[r], alpha=-lr)
+
+
+class PlainSGD:
+    """torch's functional SGD (``torch.optim.sgd.sgd``, ``foreach=False``: what ``torch.optim.SGD`` runs on
+    the CPU; no weight decay, no Nesterov) on a list of parameters with one learning rate: torch's own
+    arithmetic (the momentum buffer is the gradient at the first step, then ``buf = momentum buf +
+    (1 - dampening) grad``; ``p += -lr buf``), without the Optimizer's per-step bookkeeping (whose first
+    use in a process also imports ``torch._dynamo``, about a CPU-second). This class only holds the state
+    (the momentum buffers, the learning rate); parameters without a gradient are skipped, as torch does."""
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, dampening: float = 0.0):
+        self.params, self.lr = list(params), float(lr)
+        self.momentum, self.dampening = float(momentum), float(dampening)
+        self.buffers: list = [None] * len(self.params)
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        buffers = [self.buffers[i] for i in live]
+        with torch.no_grad():
+            functional_sgd([self.params[i] for i in live], [self.params[i].grad for i in live], buffers,
+                           foreach=False, weight_decay=0.0, momentum=self.momentum, lr=self.lr,
+                           dampening=self.dampening, nesterov=False, maximize=False)
+        if self.momentum != 0:
+            for i, buf in zip(live, buffers):          # torch's sgd creates the buffers at the first step
+                self.buffers[i] = buf
+
+
+class StackedAdam(StackedSGD):
+    """torch's functional Adam (``torch.optim.adam.adam``, ``foreach=False``: what ``torch.optim.Adam`` runs
+    on the CPU; no weight decay, no amsgrad) on parameters stacked over runs, a learning rate per run:
+    ``params`` maps a name to an (R, ...) leaf, ``lrs`` to its R learning rates. Each step is one call of
+    torch's own arithmetic per learning rate, on the slices of the runs that have it (each slice with its
+    own moments and its own step count, a float tensor as torch's), without the Optimizer's per-step
+    bookkeeping: the numbers of one Adam per run, to the bit. This class only holds the state."""
+
+    def __init__(self, params: dict, lrs: dict, betas=(0.9, 0.999), eps: float = 1e-8):
+        super().__init__(params, lrs)
+        self.beta1, self.beta2 = (float(b) for b in betas)
+        self.eps = float(eps)
+        self.exp_avg = {k: torch.zeros_like(p.detach()) for k, p in params.items()}
+        self.exp_avg_sq = {k: torch.zeros_like(p.detach()) for k, p in params.items()}
+        self.state_steps = {k: [torch.tensor(0.0, dtype=torch.float32) for _ in self.lrs[k]] for k in params}
+        self.groups: dict = {}                      # learning rate -> the (name, run) slices that have it
+        for k in params:
+            for r, lr in enumerate(self.lrs[k]):
+                self.groups.setdefault(lr, []).append((k, r))
+
+    def step(self):
+        with torch.no_grad():
+            for lr, slices in self.groups.items():
+                functional_adam(
+                    [self.params[k][r] for k, r in slices], [self.params[k].grad[r] for k, r in slices],
+                    [self.exp_avg[k][r] for k, r in slices], [self.exp_avg_sq[k][r] for k, r in slices], [],
+                    [self.state_steps[k][r] for k, r in slices], foreach=False, amsgrad=False,
+                    beta1=self.beta1, beta2=self.beta2, lr=lr, weight_decay=0.0, eps=self.eps, maximize=False)
 
 
 def side_by_side_mix(scores, context, M: int):
@@ -644,8 +708,8 @@ if nn is not None:
         """
         if batches is not None and len(batches) != steps:
             raise ValueError(f"batches: expected {steps} batches (one per step), got {len(batches)}")
-        opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eta_Y, momentum=momentum)
-        opt_z = torch.optim.SGD(model.attention_parameters(), lr=eta_Z, momentum=momentum)
+        opt_y = PlainSGD(model.decoder_parameters(), lr=eta_Y, momentum=momentum)   # torch's functional SGD
+        opt_z = PlainSGD(model.attention_parameters(), lr=eta_Z, momentum=momentum)
         losses, rec_steps, cs = [], [0], [classes.attention(model.logit_matrices()[1])]
         for s in range(steps):
             context, query, label, _ = classes.sample(batch, T, generator) if batches is None else batches[s]

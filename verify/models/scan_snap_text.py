@@ -71,7 +71,9 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
     # does the per-parameter arithmetic (torch's foreach ops loop over the 18 tensors on the CPU); the global norm
     # is clip_grad_norm_'s, from the per-parameter gradients
     flat, params = flat_parameters(model)
-    opt = torch.optim.SGD([flat], lr=lr, foreach=True)
+    # torch's SGD step (foreach, no momentum) on one tensor is flat += -lr * grad: done here on the buffer, with
+    # the gradients written straight into one preallocated buffer (the same numbers to the bit)
+    param, grad, lr = flat.detach(), torch.empty_like(flat.detach()), float(lr)
     hist = {"step": [], "entropy": [], "ce": [], "train_ce": []}
     windows = []
     for step in range(steps + 1):
@@ -89,7 +91,5 @@ def train_sgd_lm(train_ids, valid_ids, vocab_size: int, rng: np.random.Generator
             windows.append(ev["entropy_windows"])
         if step == steps:
             break
-        ce.backward()
-        flat_gradient(flat, params, clip)
-        opt.step()
+        param.add_(flat_gradient(flat, params, clip, loss=ce, out=grad), alpha=-lr)
     return {"history": hist, "entropy_windows": np.asarray(windows), "final": ev}

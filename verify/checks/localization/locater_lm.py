@@ -67,9 +67,14 @@ The two learning phases of Sec. 7 are reported, not asserted (the remark names n
 Measured (quick profile, seeds 0-19): passes 20/20, 35-50 s per run on a 2-core machine shared
 with other jobs (4.5-5.4 s of CPU at seed 0, the least of three runs at load 9-10, with AdamW's step in
 one pass over the parameters laid end to end in one buffer; 6.0-7.4 s side by side with torch's foreach
-AdamW, which loops over the 18 tensors on the CPU: the same training to the bit). Batch 12 (a quarter
-less work per step) was tried and rejected: at seed 5 the no-LOCATER run ended 0.0045 nats from
-``kappa2 = 0``, inside the 0.01-nat bound its control must exceed.
+AdamW, which loops over the 18 tensors on the CPU: the same training to the bit). The step is now
+torch's functional AdamW (torch's own arithmetic) without the Optimizer's per-step bookkeeping
+(:class:`~verify.models.localization_lm.FlatAdamW`,
+gradients by ``torch.autograd.grad`` into one buffer; results identical to the bit at seeds 0-2):
+4.7-5.0 s of CPU after the imports (as before, within the noise of a shared machine), about 1 CPU-s
+less in a process of its own (a process's first torch.optim optimiser imports ``torch._dynamo``).
+Batch 12 (a quarter less work per step) was tried and rejected: at seed 5 the no-LOCATER run ended
+0.0045 nats from ``kappa2 = 0``, inside the 0.01-nat bound its control must exceed.
 Claim by claim, the worst seed against its bound: (1) smallest
 log ratio 0.33 (> 0), stationary-scale error 0.34 % (<= 5 %; prediction 64-2800 times the
 kappa2 = 0 residual); (2) 0.25 % of kappa1's entropy effect (<= 1 %); (3) 0.0016 nats (<= 0.01),

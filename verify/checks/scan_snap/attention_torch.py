@@ -319,8 +319,8 @@ def torch_eq10(ctx):
     """
     import torch
 
-    from verify.models.scan_snap import (OneLayerTransformer, integrate_shared_query, population_growth_run,
-                                         single_common)
+    from verify.models.scan_snap import (OneLayerTransformer, PlainSGD, integrate_shared_query,
+                                         population_growth_run, single_common)
 
     K, D, eta_Y, eta_Z = 4, 5, 1.0, 0.05
     Ms, Bsz, T = list(ctx.setting("M")), ctx.setting("batch"), ctx.setting("T")
@@ -338,8 +338,8 @@ def torch_eq10(ctx):
             steps = int(ctx.setting("horizon") * t0)
             g = ctx.torch_generator()
             model = OneLayerTransformer(M, init="zero", generator=g)
-            opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eta_Y)
-            opt_z = torch.optim.SGD(model.attention_parameters(), lr=eta_Z)
+            opt_y = PlainSGD(model.decoder_parameters(), lr=eta_Y)          # torch's functional SGD
+            opt_z = PlainSGD(model.attention_parameters(), lr=eta_Z)
             zrow, zl, f2, gam = [np.zeros(M)], [0.0], [], []
             Y, Z = model.logit_matrices()
             for s in range(steps):
@@ -399,8 +399,8 @@ def torch_eq10(ctx):
         batches = _draw(classes, ctx.torch_generator())              # every rate sees the same sequences
         for eY in (0.1, 1.0, 10.0):                                  # the paper's 1, 10, and a slower decoder
             model = OneLayerTransformer(classes.M, init="zero", generator=ctx.torch_generator())
-            opt_y = torch.optim.SGD(model.decoder_parameters(), lr=eY, momentum=0.9)
-            opt_z = torch.optim.SGD(model.attention_parameters(), lr=1.0, momentum=0.9)
+            opt_y = PlainSGD(model.decoder_parameters(), lr=eY, momentum=0.9)
+            opt_z = PlainSGD(model.attention_parameters(), lr=1.0, momentum=0.9)
             gam, H = [], []
             for s in range(100):
                 Y, Z = model.logit_matrices()
