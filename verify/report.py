@@ -989,6 +989,8 @@ def draw_figure(spec: dict) -> dict[str, bytes]:
     import warnings
 
     from matplotlib import rc_context
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
 
     kind = spec.get("kind")
@@ -998,21 +1000,28 @@ def draw_figure(spec: dict) -> dict[str, bytes]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. log axes with non-positive data
         fig = _lines(spec, Figure) if kind == "lines" else _heatmaps(spec, Figure)
+        # the constrained layout solved once, at the PNG's resolution, and kept for every format
+        # (it is in inches); the canvases' own print methods then draw each format once, where
+        # savefig, for a figure with a layout engine, first draws the whole figure with the
+        # rendering switched off (a fifth of the drawing time, for the SVG too)
+        fig.dpi = FIGURE_DPI
+        fig.get_layout_engine().execute(fig)
+        fig.set_layout_engine("none")
         buf = io.BytesIO()
         # zlib level 1: the same pixels as the default level 6 in files about 8 % larger, a few % less drawing time
-        fig.savefig(buf, format="png", dpi=130, pil_kwargs={"compress_level": 1})
+        FigureCanvasAgg(fig).print_png(buf, pil_kwargs={"compress_level": 1})
         files[".png"] = buf.getvalue()
-        # the constrained layout found for the PNG holds for every format (it is in inches): keep it
-        # rather than solving it again; SVG text stays text (searchable, editable, a third of the time);
-        # no date and fixed element ids, so that the same figure gives the same file
-        fig.set_layout_engine("none")
+        # SVG text stays text (searchable, editable, a third of the time); no date and fixed
+        # element ids, so that the same figure gives the same file
         with rc_context({"svg.fonttype": "none", "svg.hashsalt": "verify"}):
-            for ext in FIGURE_FORMATS[1:]:
-                buf = io.BytesIO()
-                fig.savefig(buf, format=ext[1:], dpi=130, metadata={"Date": None})
-                files[ext] = buf.getvalue()
+            buf = io.BytesIO()
+            FigureCanvasSVG(fig).print_svg(buf, metadata={"Date": None})
+            files[".svg"] = buf.getvalue()
     return files
 
+
+#: The resolution of the PNG figures (dots per inch).
+FIGURE_DPI = 130
 
 #: The errors of a figure spec that cannot be drawn (the report notes them and goes on).
 FIGURE_ERRORS = (KeyError, TypeError, ValueError, IndexError)
