@@ -1246,12 +1246,11 @@ def _heatmaps(spec: dict, Figure):
     ncols = min(len(mats), 4)
     nrows = -(-len(mats) // ncols)
     fig = Figure(figsize=(3.2 * ncols + 1.0, 3.2 * nrows + 0.8), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    # only the panels drawn: an empty cell of the grid takes no room in the layout either way
+    grid = fig.add_gridspec(nrows, ncols)
+    axes = [fig.add_subplot(grid[k // ncols, k % ncols]) for k in range(len(mats))]
     im = None
-    for k, ax in enumerate(axes.flat):
-        if k >= len(mats):
-            ax.set_axis_off()
-            continue
+    for k, ax in enumerate(axes):
         m = mats[k]
         # square cells for matrices; long thin maps (e.g. a quantity over training) fill the panel
         aspect = "auto" if max(m.shape) > 3 * min(m.shape) else "equal"
@@ -1263,17 +1262,25 @@ def _heatmaps(spec: dict, Figure):
             if m.size <= 36:
                 _annotate(ax, m, im)
         ax.tick_params(labelsize=8)
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.85)
+    fig.colorbar(im, ax=axes, shrink=0.85)
     if spec.get("title"):
         fig.suptitle(_title(spec["title"]), fontsize=11)
     return fig
 
 
 def _annotate(ax, m, im) -> None:
+    """Each cell's value, centred in the cell, in black or white by the cell's colour. Only the
+    first and last columns' values take part in the constrained layout (one wider than its cell
+    may reach past the panel's side); an inner column's value lies inside the panel, and left out
+    it saves the layout the extents of most of the texts of the figure."""
+    rgba = im.cmap(im.norm(m))
+    last = m.shape[1] - 1
     for i in range(m.shape[0]):
         for j in range(m.shape[1]):
             v = m[i, j]
-            r, g, b, _ = im.cmap(im.norm(v)) if math.isfinite(v) else (1, 1, 1, 1)
+            r, g, b, _ = rgba[i, j] if math.isfinite(v) else (1, 1, 1, 1)
             dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
-            ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
-                    color="white" if dark else "black")
+            t = ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
+            if 0 < j < last:
+                t.set_in_layout(False)
