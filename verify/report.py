@@ -1093,6 +1093,39 @@ def _plain_log_formatter():
     return PlainLogFormatter
 
 
+@functools.cache
+def _in_view_log_locator():
+    """A locator class: matplotlib's ``LogLocator`` less the ticks outside the axis' view."""
+    import numpy as np
+    from matplotlib.ticker import LogLocator
+
+    class InViewLogLocator(LogLocator):
+        def __call__(self):
+            locs = super().__call__()
+            lo, hi = sorted(self.axis.get_view_interval())
+            if not (0 < lo and math.isfinite(hi)) or len(locs) == 0:
+                return locs
+            # a little slack (1e-6 of a decade): matplotlib draws the ticks within 1e-10 of the view
+            slack = 10.0 ** 1e-6
+            locs = np.asarray(locs)
+            return locs[(locs >= lo / slack) & (locs <= hi * slack)]
+
+    return InViewLogLocator
+
+
+def _in_view(locator):
+    """``locator``, a log axis' ``LogLocator``, as one that gives only the ticks in the axis' view:
+    the same ticks drawn, without the Tick objects (lines, labels: about 2 ms each) that matplotlib
+    makes for the decades beyond both ends and then leaves undrawn (a third of the drawing time
+    of a log-log plot)."""
+    cls = _in_view_log_locator()
+    if type(locator) is not cls.__mro__[1]:
+        return locator
+    new = cls.__new__(cls)
+    new.__dict__.update(locator.__dict__)
+    return new
+
+
 def _lines(spec: dict, Figure):
     import numpy as np
 
@@ -1137,6 +1170,8 @@ def _lines(spec: dict, Figure):
     ax.set_yscale(spec.get("yscale", "linear"))
     for axis, scale in ((ax.xaxis, spec.get("xscale")), (ax.yaxis, spec.get("yscale"))):
         if scale == "log":
+            axis.set_major_locator(_in_view(axis.get_major_locator()))
+            axis.set_minor_locator(_in_view(axis.get_minor_locator()))
             axis.set_major_formatter(_plain_log_formatter()())
             axis.set_minor_formatter(_plain_log_formatter()(labelOnlyBase=False))
     ax.set_xlabel(spec.get("xlabel", ""))
