@@ -997,7 +997,7 @@ def draw_figure(spec: dict) -> dict[str, bytes]:
     if kind not in ("lines", "heatmaps"):
         raise ValueError(f"kind: expected 'lines' or 'heatmaps', got {kind!r}")
     files = {}
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _collection_paused():
         warnings.simplefilter("ignore")  # e.g. log axes with non-positive data
         fig = _lines(spec, Figure) if kind == "lines" else _heatmaps(spec, Figure)
         # the constrained layout solved once, at the PNG's resolution, and kept for every format
@@ -1018,6 +1018,23 @@ def draw_figure(spec: dict) -> dict[str, bytes]:
             FigureCanvasSVG(fig).print_svg(buf, metadata={"Date": None})
             files[".svg"] = buf.getvalue()
     return files
+
+
+@contextlib.contextmanager
+def _collection_paused():
+    """Python's cyclic garbage collector paused while a figure is drawn: a figure makes some
+    hundred thousand objects, which would set off a few collections per figure, each going
+    through every object of the process (a worker holds torch's); its garbage is collected once,
+    after the figure, by the next collection. (Threads: whichever call paused it resumes it.)"""
+    import gc
+
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 #: The resolution of the PNG figures (dots per inch).
