@@ -332,3 +332,25 @@ def test_every_figure_kind_draws_a_legend_entry_per_visible_curve(tmp_path):
     assert set(files) == set(report.FIGURE_FORMATS) and all(files.values())
     assert report.draw_figure(heat) == files        # the same figure, the same files (no date, fixed ids)
     assert set(report.draw_figure(spec)) == set(report.FIGURE_FORMATS)
+
+
+def test_figure_shortcuts_draw_what_matplotlib_draws(monkeypatch):
+    # the log axes' in-view locators and the heat maps' cell values kept out of the layout save
+    # drawing time only: the same PNG bytes as matplotlib's own LogLocator and every text in the layout
+    pytest.importorskip("matplotlib")
+    import numpy as np
+
+    t = np.logspace(-1, 4, 30)
+    loglog = {"kind": "lines", "title": "decades", "xlabel": "t", "ylabel": "loss", "xscale": "log",
+              "yscale": "log", "series": [{"label": "a", "x": t.tolist(), "y": (1 / t).tolist()},
+                                          {"label": "b", "x": t.tolist(), "y": (3e-3 * t**0.5).tolist(),
+                                           "style": "o"}]}
+    rng = np.random.default_rng(0)
+    heat = {"kind": "heatmaps", "title": "M", "panels": [{"label": f"layer {k}", "matrix": rng.normal(
+        scale=10.0 ** -k, size=(6, 6)).tolist()} for k in range(5)]}
+    fast = [report.draw_figure(loglog), report.draw_figure(heat)]
+    monkeypatch.setattr(report, "_in_view", lambda locator: locator)
+    from matplotlib.text import Text
+
+    monkeypatch.setattr(Text, "set_in_layout", lambda self, v: None)
+    assert [report.draw_figure(loglog)[".png"], report.draw_figure(heat)[".png"]] == [f[".png"] for f in fast]
