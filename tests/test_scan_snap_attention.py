@@ -236,46 +236,24 @@ def test_transformer_side_by_side_runs_are_the_separate_runs():
         train_transformer_side_by_side(cl, rates, steps=4, batches=batches)
 
 
-def test_stacked_sgd_is_torch_sgd_run_by_run():
+@pytest.mark.parametrize("name, options", [("SGD", {"momentum": 0.0}), ("SGD", {"momentum": 0.9}),
+                                           ("Adam", {"betas": (0.8, 0.99), "eps": 1e-6})])
+def test_stacked_optimiser_is_torch_run_by_run(name, options):
+    """StackedSGD / StackedAdam on runs stacked on a leading axis, one learning rate per run: torch's
+    optimiser on each run's slice, to the bit, step after step."""
     import torch
 
-    from verify.models.scan_snap import StackedSGD
+    from verify.models import scan_snap
 
+    stacked_cls = getattr(scan_snap, f"Stacked{name}")
     gen = torch.Generator().manual_seed(7)
     start = torch.randn(3, 4, 5, generator=gen, dtype=torch.float64)
     grads = [torch.randn(3, 4, 5, generator=gen, dtype=torch.float64) for _ in range(6)]
     lrs = [0.1, 1.0, 7.0]
-    for momentum in (0.0, 0.9):
-        leaves = [start[r].clone().requires_grad_(True) for r in range(3)]
-        ref = torch.optim.SGD([{"params": [p], "lr": lr} for p, lr in zip(leaves, lrs)], momentum=momentum)
-        stacked = start.clone().requires_grad_(True)
-        opt = StackedSGD({"W": stacked}, {"W": lrs}, momentum=momentum)
-        for g in grads:
-            for r, p in enumerate(leaves):
-                p.grad = g[r].clone()
-            ref.step()
-            stacked.grad = g.clone()
-            opt.step()
-        assert torch.equal(stacked.detach(), torch.stack([p.detach() for p in leaves]))   # the same arithmetic
-        opt.zero_grad()
-        assert stacked.grad is None
-    with pytest.raises(ValueError, match="^lrs:"):
-        StackedSGD({"W": stacked}, {"W": [0.1, 1.0]})
-
-
-def test_stacked_adam_is_torch_adam_run_by_run():
-    import torch
-
-    from verify.models.scan_snap import StackedAdam
-
-    gen = torch.Generator().manual_seed(8)
-    start = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
-    grads = [torch.randn(3, 5, 7, generator=gen, dtype=torch.float64) for _ in range(6)]
-    lrs = [0.1, 1.0, 7.0]
     leaves = [start[r].clone().requires_grad_(True) for r in range(3)]
-    ref = torch.optim.Adam([{"params": [p], "lr": lr} for p, lr in zip(leaves, lrs)], betas=(0.8, 0.99), eps=1e-6)
+    ref = getattr(torch.optim, name)([{"params": [p], "lr": lr} for p, lr in zip(leaves, lrs)], **options)
     stacked = start.clone().requires_grad_(True)
-    opt = StackedAdam({"W": stacked}, {"W": lrs}, betas=(0.8, 0.99), eps=1e-6)
+    opt = stacked_cls({"W": stacked}, {"W": lrs}, **options)
     for g in grads:
         for r, p in enumerate(leaves):
             p.grad = g[r].clone()
@@ -284,8 +262,10 @@ def test_stacked_adam_is_torch_adam_run_by_run():
         opt.step()
         assert torch.equal(stacked.detach(), torch.stack([p.detach() for p in leaves]))   # the same arithmetic
     assert not torch.equal(stacked.detach(), start)
+    opt.zero_grad()
+    assert stacked.grad is None
     with pytest.raises(ValueError, match="^lrs:"):
-        StackedAdam({"W": stacked}, {"W": [0.1, 1.0]})
+        stacked_cls({"W": stacked}, {"W": [0.1, 1.0]})
 
 
 def test_plain_sgd_is_torch_sgd():

@@ -987,19 +987,13 @@ class _RunLog:
     @torch.no_grad()
     def log(self, k: int, batch_loss) -> None:
         """Record step ``k``: the model's parameters now and ``batch_loss`` (a float or a 0-d tensor)."""
-        if self.buffers and self.rows == self.buffers[0].shape[0]:
-            self.reduce()
-        for b, p in zip(self.buffers, self.params):
-            b[self.rows].copy_(p)
-        self.rows += 1
-        self.step.append(k)
-        self.pending.append(batch_loss)
+        _RunLog.log_all([self], k, [batch_loss])
 
     @staticmethod
     @torch.no_grad()
     def log_all(logs: list, k: int, losses: list) -> None:
         """:meth:`log` of every model trained side by side at step ``k`` (``losses``: their batch losses as
-        tensors), the parameters of all copied by one fused call."""
+        tensors, or floats), the parameters of all copied by one fused call."""
         for lg in logs:
             if lg.buffers and lg.rows == lg.buffers[0].shape[0]:
                 lg.reduce()
@@ -1009,7 +1003,7 @@ class _RunLog:
         for lg, loss in zip(logs, losses):
             lg.rows += 1
             lg.step.append(k)
-            lg.pending.append(loss.detach() if loss.requires_grad else loss)
+            lg.pending.append(loss.detach() if getattr(loss, "requires_grad", False) else loss)
 
     @torch.no_grad()
     def reduce(self) -> None:
